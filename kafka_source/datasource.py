@@ -1,0 +1,30 @@
+"""The Spark data source ``pykafka``: schema and readers, built from the user's options."""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import DataSource, DataSourceReader
+from pyspark.sql.types import StructType
+
+from .options import _lower_keys, parse_batch_options, parse_bool, validate_common_options
+from .schema import spark_schema
+
+
+class KafkaDataSource(DataSource):
+    """Reads Kafka topics: ``spark.read.format("pykafka")`` / ``spark.readStream.format(...)``.
+
+    Options and output schema are those of Spark's built-in ``format("kafka")`` source.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "pykafka"
+
+    def schema(self) -> StructType:
+        # Spark asks for the schema when the DataFrame is defined: fail there on bad options.
+        validate_common_options(self.options)
+        return spark_schema(parse_bool(_lower_keys(self.options), "includeHeaders", False))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from .batch import KafkaBatchReader
+
+        return KafkaBatchReader(parse_batch_options(self.options))

@@ -1,0 +1,25 @@
+"""Errors raised by the source. Each message names the option, topic or partition at fault."""
+
+
+class KafkaSourceError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class OptionError(KafkaSourceError, ValueError):
+    """An option is missing, malformed or contradicts another option."""
+
+
+class TopicError(KafkaSourceError):
+    """A topic or partition named by the user does not exist or cannot be read."""
+
+
+class BrokerUnavailableError(KafkaSourceError):
+    """No broker answered within the time allowed."""
+
+
+class DataLossError(KafkaSourceError):
+    """Offsets that were requested are no longer (or not yet) in the log."""
+
+
+class CorruptRecordError(KafkaSourceError):
+    """A record batch failed its CRC check or could not be decoded."""

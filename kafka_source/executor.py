@@ -1,0 +1,61 @@
+"""Executor side entry point: read one input partition into Arrow batches.
+
+Spark reuses Python workers between tasks, so the Kafka connection of a worker is kept in a small
+per-process cache keyed by the connection settings; a task that fails drops its client.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Iterator
+
+import pyarrow as pa
+
+from .arrow import batches
+from .client import BrokerClient
+from .client_config import connection_settings
+from .fetcher import FetchSettings, RangeFetcher
+from .planning import KafkaInputPartition
+
+_clients: dict[str, BrokerClient] = {}
+_lock = threading.Lock()
+
+
+def _client_key(config) -> str:
+    return json.dumps(connection_settings(config), sort_keys=True, default=str)
+
+
+def _checkout(config) -> BrokerClient:
+    key = _client_key(config)
+    with _lock:
+        client = _clients.pop(key, None)
+    return client if client is not None else BrokerClient(config)
+
+
+def _checkin(config, client: BrokerClient) -> None:
+    key = _client_key(config)
+    with _lock:
+        old = _clients.pop(key, None)
+        _clients[key] = client
+    if old is not None:
+        old.close()
+
+
+def read_input_partition(partition: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
+    settings = partition.settings
+    config = settings.client_config
+    fetch_settings = FetchSettings.from_config(config, poll_timeout_ms=settings.poll_timeout_ms,
+                                               fail_on_data_loss=settings.fail_on_data_loss)
+    client = _checkout(config)
+    ok = False
+    try:
+        fetcher = RangeFetcher(client, fetch_settings)
+        for r in partition.ranges:
+            yield from batches(fetcher.read(r), r.topic, r.partition, settings.include_headers)
+        ok = True
+    finally:
+        if ok:
+            _checkin(config, client)
+        else:
+            client.close()

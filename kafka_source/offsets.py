@@ -1,0 +1,182 @@
+"""Driver side: turn the user's subscription and offset options into concrete offset ranges.
+
+Which topic-partitions does the subscription cover, and where does each range start and end?
+Answers come from the cluster (Metadata and ListOffsets), then are checked: an ending offset before
+its starting offset is an error, and a starting offset below the log start is data loss, which
+fails the query or (``failOnDataLoss=false``) moves the start up with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Mapping
+
+from .client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient, TopicPartition
+from .errors import DataLossError, OptionError, TopicError
+from .options import EARLIEST, LATEST, OffsetSpec, SourceOptions, Subscription
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, order=True)
+class OffsetRange:
+    """Offsets [start, end) of one topic-partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+
+def subscribed_partitions(client: BrokerClient, sub: Subscription) -> list[TopicPartition]:
+    """Every topic-partition the subscription covers right now, sorted."""
+    if sub.kind == "subscribe":
+        per_topic = client.partitions_of(sub.topics)
+        return sorted((t, p) for t, ps in per_topic.items() for p in ps)
+    if sub.kind == "subscribePattern":
+        topics = [t for t in client.list_topics() if sub.matches(t)]
+        if not topics:
+            raise TopicError(f"Option 'subscribePattern' ('{sub.pattern}') matches no topic on "
+                             f"the Kafka cluster at '{client.bootstrap_servers}'.")
+        per_topic = client.partitions_of(topics)
+        return sorted((t, p) for t, ps in per_topic.items() for p in ps)
+    per_topic = client.partitions_of({t for t, _ in sub.assignment})
+    for topic, partition in sub.assignment:
+        if partition not in per_topic[topic]:
+            raise TopicError(f"Option 'assign' names {topic}-{partition}, but topic '{topic}' "
+                             f"has partitions {per_topic[topic]}.")
+    return sorted(sub.assignment)
+
+
+def _check_spec_partitions(spec: OffsetSpec, partitions: list[TopicPartition]) -> None:
+    """A per-partition JSON spec must name exactly the partitions being read (as in Spark)."""
+    have = set(partitions)
+    named = set(spec.per_partition)
+    unknown = sorted(named - have)
+    if unknown:
+        topic, partition = unknown[0]
+        topic_parts = sorted(p for t, p in have if t == topic)
+        if topic_parts:
+            raise TopicError(f"Option '{spec.option}' names {topic}-{partition}, but topic "
+                             f"'{topic}' has partitions {topic_parts}.")
+        raise OptionError(f"Option '{spec.option}' names topic '{topic}', which this query does "
+                          "not read (check 'subscribe', 'subscribePattern' or 'assign').")
+    missing = sorted(have - named)
+    if missing:
+        shown = ", ".join(f"{t}-{p}" for t, p in missing[:10])
+        raise OptionError(f"Option '{spec.option}' must give a value for every partition read; "
+                          f"missing: {shown}{' ...' if len(missing) > 10 else ''}. Use -2 for "
+                          "earliest and -1 for latest." if spec.kind == "offsets" else
+                          f"Option '{spec.option}' must give a timestamp for every partition "
+                          f"read; missing: {shown}{' ...' if len(missing) > 10 else ''}.")
+
+
+class OffsetResolver:
+    """Resolves offset specs for a set of partitions against one cluster, caching bounds."""
+
+    def __init__(self, client: BrokerClient, options: SourceOptions,
+                 partitions: list[TopicPartition]):
+        self.client = client
+        self.options = options
+        self.partitions = partitions
+        self._earliest: dict[TopicPartition, int] | None = None
+        self._latest: dict[TopicPartition, int] | None = None
+
+    def _list(self, targets: Mapping[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int]]:
+        return self.client.list_offsets(
+            targets, read_committed=self.options.read_committed,
+            retries=self.options.fetch_offset_num_retries,
+            retry_interval_ms=self.options.fetch_offset_retry_interval_ms)
+
+    @property
+    def earliest(self) -> dict[TopicPartition, int]:
+        if self._earliest is None:
+            listed = self._list({tp: EARLIEST_TIMESTAMP for tp in self.partitions})
+            self._earliest = {tp: off for tp, (off, _) in listed.items()}
+        return self._earliest
+
+    @property
+    def latest(self) -> dict[TopicPartition, int]:
+        if self._latest is None:
+            listed = self._list({tp: LATEST_TIMESTAMP for tp in self.partitions})
+            self._latest = {tp: off for tp, (off, _) in listed.items()}
+        return self._latest
+
+    def resolve(self, spec: OffsetSpec, *, is_start: bool) -> dict[TopicPartition, int]:
+        if spec.kind == "earliest":
+            return dict(self.earliest)
+        if spec.kind == "latest":
+            return dict(self.latest)
+        if spec.kind == "offsets":
+            _check_spec_partitions(spec, self.partitions)
+            result = {}
+            for tp in self.partitions:
+                value = spec.per_partition[tp]
+                if value == EARLIEST:
+                    value = self.earliest[tp]
+                elif value == LATEST:
+                    value = self.latest[tp]
+                result[tp] = value
+            return result
+        if spec.kind == "timestamps":
+            _check_spec_partitions(spec, self.partitions)
+            targets = {tp: spec.per_partition[tp] for tp in self.partitions}
+        else:
+            targets = {tp: spec.global_timestamp for tp in self.partitions}
+        listed = self._list(targets)
+        result = {}
+        for tp in self.partitions:
+            offset = listed[tp][0]
+            if offset < 0:  # no record at or after the timestamp
+                if is_start and self.options.starting_by_timestamp_strategy == "error":
+                    raise OptionError(
+                        f"No offset of {tp[0]}-{tp[1]} matches timestamp {targets[tp]} (option "
+                        f"'{spec.option}'): no record has a timestamp at or after it. Set "
+                        "'startingOffsetsByTimestampStrategy' to 'latest' to start from the "
+                        "latest offset instead.")
+                offset = self.latest[tp]
+            result[tp] = offset
+        return result
+
+
+def plan_batch_ranges(client: BrokerClient, options: SourceOptions) -> list[OffsetRange]:
+    """The offset range of every partition a batch query reads, checked for data loss."""
+    partitions = subscribed_partitions(client, options.subscription)
+    resolver = OffsetResolver(client, options, partitions)
+    starts = resolver.resolve(options.starting, is_start=True)
+    ends = resolver.resolve(options.ending, is_start=False)
+    ranges = []
+    for tp in partitions:
+        start, end = starts[tp], ends[tp]
+        if end < start:
+            raise OptionError(
+                f"Ending offset {end} of {tp[0]}-{tp[1]} is before its starting offset {start} "
+                f"(options '{options.starting.option}' and '{options.ending.option}').")
+        start = check_start_for_data_loss(tp, start, resolver.earliest[tp], options)
+        ranges.append(OffsetRange(tp[0], tp[1], start, max(start, end)))
+    return ranges
+
+
+def check_start_for_data_loss(tp: TopicPartition, start: int, log_start: int,
+                              options: SourceOptions) -> int:
+    """Where reading of ``tp`` can really start; fails or warns when ``start`` is gone."""
+    if start >= log_start:
+        return start
+    message = (f"Offsets {start} to {log_start - 1} of {tp[0]}-{tp[1]} are no longer in Kafka "
+               f"(the log now starts at {log_start}): the data was deleted by retention or "
+               "compaction, or the topic was recreated.")
+    if options.fail_on_data_loss:
+        raise DataLossError(message + " Set the option 'failOnDataLoss' to 'false' to read "
+                                      "what is still available instead.")
+    log.warning("%s Continuing from offset %d because failOnDataLoss is false.", message,
+                log_start)
+    return log_start

@@ -1,0 +1,354 @@
+"""Source options: parse and validate what the user passed to ``.option(...)``.
+
+Everything a data engineer can set is read here, once, on the driver, into plain immutable
+values (:class:`SourceOptions`) that are cheap to pickle into input partitions. Option names and
+meanings follow Spark's built-in ``format("kafka")`` source; keys are case-insensitive.
+
+Nothing in this module talks to Kafka: anything that needs the cluster (which partitions a topic
+has, what "latest" is) is resolved later by :mod:`kafka_source.offsets`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from .client_config import client_config_from_options
+from .errors import OptionError
+
+log = logging.getLogger(__name__)
+
+# Offsets in JSON offset specs, as in Spark: -2 means earliest, -1 means latest.
+EARLIEST = -2
+LATEST = -1
+
+DEFAULT_POLL_TIMEOUT_MS = 120_000
+DEFAULT_FETCH_OFFSET_NUM_RETRIES = 3
+DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS = 1_000
+
+# kafka.* settings that make no sense for this source, with what to use instead.
+_UNSUPPORTED_KAFKA_PARAMS = {
+    "key.deserializer": "keys are always returned as binary; cast or decode them in a DataFrame "
+                        "expression instead",
+    "value.deserializer": "values are always returned as binary; cast or decode them in a "
+                          "DataFrame expression instead",
+    "enable.auto.commit": "the source decides when offsets are committed",
+    "interceptor.classes": "Java consumer interceptors do not apply to this source",
+}
+
+
+@dataclass(frozen=True)
+class OffsetSpec:
+    """Where a range starts or ends, before it is resolved against the cluster.
+
+    kind is one of:
+      ``earliest`` / ``latest``  -- the same bound for every partition;
+      ``offsets``     -- ``per_partition`` maps (topic, partition) -> offset, -2/-1 allowed;
+      ``timestamp``   -- one timestamp (ms) for every partition (``global_timestamp``);
+      ``timestamps``  -- ``per_partition`` maps (topic, partition) -> timestamp (ms).
+    """
+
+    kind: str
+    per_partition: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    global_timestamp: int | None = None
+    option: str = ""  # the option it came from, for error messages
+
+    def describe(self) -> str:
+        return f"{self.option}={self.kind}"
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """Which topics (or partitions) to read: exactly one of the three Spark strategies."""
+
+    kind: str  # "subscribe" | "subscribePattern" | "assign"
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    assignment: tuple[tuple[str, int], ...] = ()
+
+    def describe(self) -> str:
+        if self.kind == "subscribe":
+            return f"subscribe={','.join(self.topics)}"
+        if self.kind == "subscribePattern":
+            return f"subscribePattern={self.pattern}"
+        return "assign=" + json.dumps(_group_partitions(self.assignment))
+
+    def matches(self, topic: str) -> bool:
+        if self.kind == "subscribe":
+            return topic in self.topics
+        if self.kind == "subscribePattern":
+            return re.fullmatch(self.pattern, topic) is not None
+        return any(t == topic for t, _ in self.assignment)
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """The validated options of one read. Picklable; contains no live objects."""
+
+    subscription: Subscription
+    client_config: Mapping[str, object]  # kafka-python client settings (from kafka.* options)
+    starting: OffsetSpec
+    ending: OffsetSpec | None  # None for streams
+    starting_by_timestamp_strategy: str = "error"
+    include_headers: bool = False
+    fail_on_data_loss: bool = True
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
+    fetch_offset_num_retries: int = DEFAULT_FETCH_OFFSET_NUM_RETRIES
+    fetch_offset_retry_interval_ms: int = DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS
+    poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
+
+    @property
+    def read_committed(self) -> bool:
+        return self.client_config.get("isolation_level") == "read_committed"
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return str(self.client_config["bootstrap_servers"])
+
+
+def _lower_keys(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): v for k, v in options.items()}
+
+
+def _group_partitions(pairs) -> dict[str, list[int]]:
+    grouped: dict[str, list[int]] = {}
+    for topic, partition in pairs:
+        grouped.setdefault(topic, []).append(partition)
+    return grouped
+
+
+def parse_bool(opts: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = opts.get(key.lower())
+    if raw is None:
+        return default
+    text = str(raw).strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise OptionError(f"Option '{key}' must be 'true' or 'false', got '{raw}'.")
+
+
+def parse_int(opts: Mapping[str, str], key: str, default: int | None, *, minimum: int | None = None,
+              what: str = "an integer") -> int | None:
+    raw = opts.get(key.lower())
+    if raw is None:
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise OptionError(f"Option '{key}' must be {what}, got '{raw}'.") from None
+    if minimum is not None and value < minimum:
+        raise OptionError(f"Option '{key}' must be {what}, got '{raw}'.")
+    return value
+
+
+# --- subscription -------------------------------------------------------------------------------
+
+def parse_subscription(opts: Mapping[str, str]) -> Subscription:
+    given = [k for k in ("subscribe", "subscribepattern", "assign") if k in opts]
+    names = {"subscribe": "subscribe", "subscribepattern": "subscribePattern", "assign": "assign"}
+    if len(given) > 1:
+        raise OptionError(
+            "Only one of the options 'subscribe', 'subscribePattern' and 'assign' may be set, got "
+            + " and ".join(f"'{names[k]}'" for k in given) + ".")
+    if not given:
+        raise OptionError(
+            "One of the options 'subscribe' (comma-separated topics), 'subscribePattern' (a Java "
+            "regex over topic names) or 'assign' (JSON like {\"topicA\":[0,1]}) must be set.")
+    key = given[0]
+    raw = str(opts[key])
+    if key == "subscribe":
+        topics = tuple(t.strip() for t in raw.split(",") if t.strip())
+        if not topics:
+            raise OptionError(f"Option 'subscribe' names no topics: '{raw}'. Give a comma-separated "
+                              "list of topic names.")
+        return Subscription("subscribe", topics=tuple(dict.fromkeys(topics)))
+    if key == "subscribepattern":
+        if not raw.strip():
+            raise OptionError("Option 'subscribePattern' is empty. Give a regex over topic names, "
+                              "for example 'events-.*'.")
+        try:
+            re.compile(raw)
+        except re.error as exc:
+            raise OptionError(f"Option 'subscribePattern' is not a valid regex ('{raw}'): {exc}.") \
+                from None
+        return Subscription("subscribePattern", pattern=raw)
+    return Subscription("assign", assignment=_parse_assign(raw))
+
+
+def _parse_json_object(raw: str, option: str, example: str) -> dict:
+    try:
+        value = json.loads(raw)
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise OptionError(f"Option '{option}' is not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc}): "
+                          f"'{raw}'. Expected something like {example}.") from None
+    if not isinstance(value, dict):
+        raise OptionError(f"Option '{option}' must be a JSON object like {example}, got '{raw}'.")
+    return value
+
+
+def _check_partition(value, option: str, topic: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise OptionError(f"Option '{option}': partition {value!r} of topic '{topic}' is not a "
+                          "non-negative integer.")
+    return value
+
+
+def _parse_assign(raw: str) -> tuple[tuple[str, int], ...]:
+    example = '{"topicA":[0,1],"topicB":[2,4]}'
+    obj = _parse_json_object(raw, "assign", example)
+    pairs: list[tuple[str, int]] = []
+    for topic, partitions in obj.items():
+        if not isinstance(partitions, list):
+            raise OptionError(f"Option 'assign': topic '{topic}' must map to a list of partitions, "
+                              f"like {example}; got {json.dumps(partitions)}.")
+        for p in partitions:
+            pairs.append((topic, _check_partition(p, "assign", topic)))
+    if not pairs:
+        raise OptionError(f"Option 'assign' names no partitions: '{raw}'. Expected something like "
+                          f"{example}.")
+    return tuple(dict.fromkeys(pairs))
+
+
+# --- offsets ----------------------------------------------------------------------------------
+
+def _parse_partition_map(raw: str, option: str, example: str, *, allow_special: bool
+                         ) -> dict[tuple[str, int], int]:
+    obj = _parse_json_object(raw, option, example)
+    result: dict[tuple[str, int], int] = {}
+    for topic, parts in obj.items():
+        if not isinstance(parts, dict):
+            raise OptionError(f"Option '{option}': topic '{topic}' must map to an object of "
+                              f"partition -> value, like {example}; got {json.dumps(parts)}.")
+        for p, value in parts.items():
+            try:
+                partition = int(p)
+            except ValueError:
+                raise OptionError(f"Option '{option}': partition '{p}' of topic '{topic}' is not "
+                                  "an integer.") from None
+            _check_partition(partition, option, topic)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise OptionError(f"Option '{option}': value for {topic}-{partition} must be an "
+                                  f"integer, got {json.dumps(value)}.")
+            lowest = -2 if allow_special else 0
+            if value < lowest:
+                valid = ("an offset >= 0, -2 (earliest) or -1 (latest)" if allow_special
+                         else "a timestamp in milliseconds >= 0")
+                raise OptionError(f"Option '{option}': value {value} for {topic}-{partition} is "
+                                  f"invalid; use {valid}.")
+            result[(topic, partition)] = value
+    if not result:
+        raise OptionError(f"Option '{option}' names no partitions: '{raw}'. Expected something "
+                          f"like {example}.")
+    return result
+
+
+def parse_offset_spec(opts: Mapping[str, str], *, which: str, default: str,
+                      allowed_words: tuple[str, ...]) -> OffsetSpec:
+    """Parse ``{which}Offsets``, ``{which}OffsetsByTimestamp`` and ``{which}Timestamp``.
+
+    Spark's precedence: ``{which}Timestamp`` > ``{which}OffsetsByTimestamp`` > ``{which}Offsets``.
+    """
+    ts_key, by_ts_key, off_key = (f"{which}Timestamp", f"{which}OffsetsByTimestamp",
+                                  f"{which}Offsets")
+    if ts_key.lower() in opts:
+        ts = parse_int(opts, ts_key, None, minimum=0, what="a timestamp in milliseconds (>= 0)")
+        return OffsetSpec("timestamp", global_timestamp=ts, option=ts_key)
+    if by_ts_key.lower() in opts:
+        example = '{"topicA":{"0":1700000000000,"1":1700000000000}}'
+        per = _parse_partition_map(str(opts[by_ts_key.lower()]), by_ts_key, example,
+                                   allow_special=False)
+        return OffsetSpec("timestamps", per_partition=per, option=by_ts_key)
+    raw = str(opts.get(off_key.lower(), default)).strip()
+    word = raw.lower()
+    if word in ("earliest", "latest"):
+        if word not in allowed_words:
+            raise OptionError(f"Option '{off_key}' can't be '{word}' for this query; valid values "
+                              f"are {' or '.join(repr(w) for w in allowed_words)} or a JSON object "
+                              "of offsets per partition.")
+        return OffsetSpec(word, option=off_key)
+    if not raw.startswith("{"):
+        raise OptionError(f"Option '{off_key}' must be {' or '.join(repr(w) for w in allowed_words)} "
+                          f"or JSON like {{\"topicA\":{{\"0\":23,\"1\":-2}}}}, got '{raw}'.")
+    example = '{"topicA":{"0":23,"1":-2},"topicB":{"0":-1}}'
+    per = _parse_partition_map(raw, off_key, example, allow_special=True)
+    for (topic, partition), value in per.items():
+        if value == EARLIEST and "earliest" not in allowed_words:
+            raise OptionError(f"Option '{off_key}': {topic}-{partition} can't be -2 (earliest) "
+                              "here; use an offset or -1 (latest).")
+        if value == LATEST and "latest" not in allowed_words:
+            raise OptionError(f"Option '{off_key}': {topic}-{partition} can't be -1 (latest) "
+                              "here; use an offset or -2 (earliest).")
+    return OffsetSpec("offsets", per_partition=per, option=off_key)
+
+
+def _check_unsupported_kafka_params(opts: Mapping[str, str], *, streaming: bool) -> None:
+    for name, instead in _UNSUPPORTED_KAFKA_PARAMS.items():
+        if f"kafka.{name}" in opts:
+            raise OptionError(f"Kafka option 'kafka.{name}' is not supported: {instead}.")
+    if not streaming and "kafka.auto.offset.reset" in opts:
+        raise OptionError("Kafka option 'kafka.auto.offset.reset' is not supported for batch "
+                          "reads; set 'startingOffsets' to 'earliest' or an offset JSON instead.")
+
+
+def _check_offsets_within_subscription(spec: OffsetSpec, sub: Subscription) -> None:
+    if sub.kind != "assign":
+        return
+    assigned = set(sub.assignment)
+    for tp in spec.per_partition:
+        if tp not in assigned:
+            raise OptionError(f"Option '{spec.option}' names {tp[0]}-{tp[1]}, which is not in "
+                              f"'assign' ({sub.describe()[7:]}).")
+
+
+def validate_common_options(options: Mapping[str, str]) -> None:
+    """Checks that hold for batch and streaming reads alike; run when the DataFrame is defined."""
+    opts = _lower_keys(options)
+    parse_subscription(opts)
+    client_config_from_options(opts)
+    parse_bool(opts, "includeHeaders", False)
+
+
+def parse_batch_options(options: Mapping[str, str]) -> SourceOptions:
+    """Validate the options of ``spark.read.format("pykafka")``."""
+    opts = _lower_keys(options)
+    sub = parse_subscription(opts)
+    _check_unsupported_kafka_params(opts, streaming=False)
+    starting = parse_offset_spec(opts, which="starting", default="earliest",
+                                 allowed_words=("earliest",))
+    ending = parse_offset_spec(opts, which="ending", default="latest", allowed_words=("latest",))
+    for spec in (starting, ending):
+        _check_offsets_within_subscription(spec, sub)
+    return _common(opts, sub, starting, ending)
+
+
+def _common(opts: dict[str, str], sub: Subscription, starting: OffsetSpec,
+            ending: OffsetSpec | None) -> SourceOptions:
+    strategy = str(opts.get("startingoffsetsbytimestampstrategy", "error")).strip().lower()
+    if strategy not in ("error", "latest"):
+        raise OptionError("Option 'startingOffsetsByTimestampStrategy' must be 'error' or "
+                          f"'latest', got '{opts['startingoffsetsbytimestampstrategy']}'.")
+    return SourceOptions(
+        subscription=sub,
+        client_config=client_config_from_options(opts),
+        starting=starting,
+        ending=ending,
+        starting_by_timestamp_strategy=strategy,
+        include_headers=parse_bool(opts, "includeHeaders", False),
+        fail_on_data_loss=parse_bool(opts, "failOnDataLoss", True),
+        min_partitions=parse_int(opts, "minPartitions", None, minimum=1,
+                                 what="a positive integer"),
+        max_records_per_partition=parse_int(opts, "maxRecordsPerPartition", None, minimum=1,
+                                            what="a positive integer"),
+        fetch_offset_num_retries=parse_int(opts, "fetchOffset.numRetries",
+                                           DEFAULT_FETCH_OFFSET_NUM_RETRIES, minimum=0,
+                                           what="an integer >= 0"),
+        fetch_offset_retry_interval_ms=parse_int(opts, "fetchOffset.retryIntervalMs",
+                                                 DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS,
+                                                 minimum=0, what="milliseconds (>= 0)"),
+        poll_timeout_ms=parse_int(opts, "kafkaConsumer.pollTimeoutMs", DEFAULT_POLL_TIMEOUT_MS,
+                                  minimum=1, what="milliseconds (> 0)"),
+    )

@@ -1,0 +1,179 @@
+"""Session fixtures shared by the whole suite.
+
+Broker (``kafka_broker``, ``bootstrap_servers``, ``broker_kind``): one per session, chosen by
+:func:`kafka_source.testing.select_broker` -- ``KAFKA_BOOTSTRAP_SERVERS`` if set, else Kafka in
+Docker via testcontainers if a Docker engine answers, else the embedded Tansu broker. If it cannot
+be started the tests that need it ERROR (they are never skipped for that).
+
+Tansu deviates from Kafka in a few places (see ``kafka_source.testing``). A test that depends on
+exact Kafka behaviour there skips on the embedded broker only, in one of these ways::
+
+    @pytest.mark.skip_on_embedded("needs exact end offsets")
+    def test_a(bootstrap_servers): ...
+
+    def test_b(bootstrap_servers, requires_exact_end_offsets): ...
+
+    def test_c(bootstrap_servers, skip_on_embedded):
+        skip_on_embedded("read_committed does not hide aborted records on Tansu")
+
+Tests that use the broker fixtures are marked ``integration`` and tests that use ``spark`` are
+marked ``spark`` automatically, so ``pytest -m "not integration and not spark"`` runs the fast
+unit tests only.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+_BROKER_FIXTURES = {"kafka_broker", "bootstrap_servers", "broker_kind",
+                    "requires_exact_end_offsets", "requires_read_committed_isolation",
+                    "skip_on_embedded"}
+_BROKER_KEY = pytest.StashKey[object]()
+
+
+# ---------------------------------------------------------------------------------------------
+# Markers
+# ---------------------------------------------------------------------------------------------
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Also declared in pyproject.toml; repeated so that the suite works with another rootdir.
+    config.addinivalue_line("markers", "integration: needs a Kafka broker")
+    config.addinivalue_line("markers", "spark: needs a SparkSession (Java 17+)")
+    config.addinivalue_line(
+        "markers", "skip_on_embedded(reason): skip only on the embedded Tansu broker")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if names & _BROKER_FIXTURES or item.get_closest_marker("skip_on_embedded"):
+            item.add_marker(pytest.mark.integration)
+        if "spark" in names:
+            item.add_marker(pytest.mark.spark)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    broker = config.stash.get(_BROKER_KEY, None)
+    if broker is not None:
+        terminalreporter.write_line(
+            f"kafka broker: {broker.kind} at {broker.bootstrap_servers}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Broker
+# ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def kafka_broker(request: pytest.FixtureRequest):
+    """The session's broker handle (``.bootstrap_servers``, ``.kind``, ``.exact_end_offsets``,
+    ``.read_committed_hides_aborted``). Started on first use, stopped at the end of the session."""
+    from kafka_source.testing import select_broker
+
+    broker = select_broker()
+    request.addfinalizer(broker.stop)
+    request.config.stash[_BROKER_KEY] = broker
+    return broker
+
+
+@pytest.fixture(scope="session")
+def bootstrap_servers(kafka_broker) -> str:
+    return kafka_broker.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def broker_kind(kafka_broker) -> str:
+    """``"external"``, ``"testcontainers"`` or ``"embedded"``."""
+    return kafka_broker.kind
+
+
+@pytest.fixture
+def skip_on_embedded(kafka_broker):
+    """A function ``skip_on_embedded(reason)`` that skips the test on the embedded broker only
+    (or on an external broker that is Tansu too)."""
+
+    def _skip(reason: str) -> None:
+        if kafka_broker.is_tansu:
+            pytest.skip(f"{kafka_broker.kind} Tansu broker: {reason}")
+
+    return _skip
+
+
+@pytest.fixture
+def requires_exact_end_offsets(kafka_broker) -> None:
+    """Skip on a broker whose ListOffsets(latest) is not the offset after the last record."""
+    if not kafka_broker.exact_end_offsets:
+        pytest.skip(f"{kafka_broker.kind} broker: ListOffsets(latest) is the base offset of the "
+                    "last batch + 1, not the offset after the last record")
+
+
+@pytest.fixture
+def requires_read_committed_isolation(kafka_broker) -> None:
+    """Skip on a broker whose read_committed consumers still see aborted records."""
+    if not kafka_broker.read_committed_hides_aborted:
+        pytest.skip(f"{kafka_broker.kind} broker: read_committed does not hide aborted records")
+
+
+@pytest.fixture(autouse=True)
+def _skip_on_embedded_marker(request: pytest.FixtureRequest) -> None:
+    marker = request.node.get_closest_marker("skip_on_embedded")
+    if marker is None:
+        return
+    reason = (marker.args[0] if marker.args
+              else marker.kwargs.get("reason", "not supported by the embedded broker"))
+    broker = request.getfixturevalue("kafka_broker")
+    if broker.is_tansu:
+        pytest.skip(f"{broker.kind} Tansu broker: {reason}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Spark
+# ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def spark(request: pytest.FixtureRequest):
+    """A local[2] SparkSession with the ``kafka`` Python data source registered."""
+    # Spark's Python workers must be this interpreter, and must import kafka_source even when
+    # the package is not installed (they inherit the environment of the JVM started below).
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    paths = [str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+    from pyspark.sql import SparkSession
+
+    warehouse = tempfile.mkdtemp(prefix="pykafka-spark-warehouse-")
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("pykafka-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "1g")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.warehouse.dir", warehouse)
+        .config("spark.python.worker.faulthandler.enabled", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("WARN")
+
+    def _stop() -> None:
+        session.stop()
+        import shutil
+
+        shutil.rmtree(warehouse, ignore_errors=True)
+
+    request.addfinalizer(_stop)
+
+    import kafka_source
+
+    kafka_source.register(session)
+    return session

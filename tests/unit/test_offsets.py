@@ -1,0 +1,97 @@
+"""Driver-side offset resolution against a scripted cluster."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kafka_source.errors import DataLossError, OptionError, TopicError
+from kafka_source.offsets import OffsetRange, plan_batch_ranges
+from kafka_source.options import parse_batch_options
+
+from .fake_cluster import FakeCluster, FakeLog
+from .record_builder import R, v2_batch
+
+
+def cluster():
+    logs = {}
+    for p in range(2):
+        batches = [v2_batch([R(value=b"x")], o) for o in range(10, 30)]
+        logs[("t", p)] = FakeLog(batches=batches, log_start=10,
+                                 timestamps={1000 + 10 * o: o for o in range(10, 30)})
+    logs[("u", 0)] = FakeLog(batches=[v2_batch([R(value=b"y")], 0)])
+    return FakeCluster(logs)
+
+
+def plan(**options):
+    opts = parse_batch_options({"kafka.bootstrap.servers": "h:1", **options})
+    return plan_batch_ranges(cluster(), opts)
+
+
+def test_earliest_to_latest():
+    assert plan(subscribe="t,u") == [OffsetRange("t", 0, 10, 30), OffsetRange("t", 1, 10, 30),
+                                     OffsetRange("u", 0, 0, 1)]
+
+
+def test_json_offsets_with_special_values():
+    got = plan(subscribe="t", startingOffsets=json.dumps({"t": {"0": 12, "1": -2}}),
+               endingOffsets=json.dumps({"t": {"0": -1, "1": 20}}))
+    assert got == [OffsetRange("t", 0, 12, 30), OffsetRange("t", 1, 10, 20)]
+
+
+def test_json_offsets_must_cover_every_partition():
+    with pytest.raises(OptionError, match=r"startingOffsets.*missing: t-1.*-2 for earliest"):
+        plan(subscribe="t", startingOffsets=json.dumps({"t": {"0": 12}}))
+
+
+def test_partition_the_topic_does_not_have():
+    with pytest.raises(TopicError, match=r"names t-5, but topic 't' has partitions \[0, 1\]"):
+        plan(subscribe="t", startingOffsets=json.dumps({"t": {"0": 1, "1": 1, "5": 1}}))
+    with pytest.raises(TopicError, match=r"assign' names t-3, but topic 't' has partitions"):
+        plan(assign=json.dumps({"t": [3]}))
+    with pytest.raises(OptionError, match=r"names topic 'u', which this query does not read"):
+        plan(subscribe="t", endingOffsets=json.dumps({"t": {"0": 1, "1": 1}, "u": {"0": 1}}))
+
+
+def test_unknown_topic_and_pattern_without_match():
+    with pytest.raises(TopicError, match="Topic 'nope' does not exist"):
+        plan(subscribe="t,nope")
+    with pytest.raises(TopicError, match=r"subscribePattern' \('zz.\*'\) matches no topic"):
+        plan(subscribePattern="zz.*")
+    assert [r.topic for r in plan(subscribePattern="[tu]")] == ["t", "t", "u"]
+
+
+def test_ending_before_starting():
+    with pytest.raises(OptionError, match=r"Ending offset 15 of t-0 is before its starting "
+                                          r"offset 20.*startingOffsets.*endingOffsets"):
+        plan(assign=json.dumps({"t": [0]}), startingOffsets=json.dumps({"t": {"0": 20}}),
+             endingOffsets=json.dumps({"t": {"0": 15}}))
+
+
+def test_start_below_log_start_is_data_loss():
+    start = json.dumps({"t": {"0": 3}})
+    with pytest.raises(DataLossError, match=r"Offsets 3 to 9 of t-0 are no longer in Kafka.*"
+                                            "failOnDataLoss"):
+        plan(assign=json.dumps({"t": [0]}), startingOffsets=start)
+    got = plan(assign=json.dumps({"t": [0]}), startingOffsets=start, failOnDataLoss="false")
+    assert got == [OffsetRange("t", 0, 10, 30)]
+
+
+def test_timestamps_resolve_to_first_offset_at_or_after():
+    got = plan(assign=json.dumps({"t": [0, 1]}), startingTimestamp="1125",
+               endingOffsetsByTimestamp=json.dumps({"t": {"0": 1200, "1": 1245}}))
+    # start: first ts >= 1125 is 1130 at offset 13; ends: 1200 -> offset 20, 1245 -> offset 25
+    assert got == [OffsetRange("t", 0, 13, 20), OffsetRange("t", 1, 13, 25)]
+
+
+def test_timestamp_without_match():
+    with pytest.raises(OptionError, match=r"No offset of t-0 matches timestamp 99999.*"
+                                          "startingOffsetsByTimestampStrategy"):
+        plan(assign=json.dumps({"t": [0]}), startingTimestamp="99999")
+    got = plan(assign=json.dumps({"t": [0]}), startingTimestamp="99999",
+               startingOffsetsByTimestampStrategy="latest")
+    assert got == [OffsetRange("t", 0, 30, 30)]
+    # an ending timestamp after the last record means the latest offset
+    assert plan(assign=json.dumps({"t": [0]}), endingTimestamp="99999") == [
+        OffsetRange("t", 0, 10, 30)]
