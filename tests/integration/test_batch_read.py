@@ -302,3 +302,44 @@ def test_bad_options_fail_when_the_dataframe_is_defined(spark, bootstrap_servers
         reader(spark, bootstrap_servers, subscribe="a", assign='{"a":[0]}')
     with pytest.raises(Exception, match=r"'assign' is not valid JSON"):
         reader(spark, bootstrap_servers, assign="{a:[0]}")
+
+
+@pytest.fixture(scope="module")
+def transactional_topic(bootstrap_servers):
+    """Committed 0-4, aborted 5-7, committed 8-9 (record numbers), with markers in between."""
+    topic = unique_topic_name("txn")
+    create_topic(bootstrap_servers, topic)
+    producer = KafkaProducer(bootstrap_servers=bootstrap_servers,
+                             transactional_id=unique_topic_name("txn-id"), linger_ms=0)
+    try:
+        producer.init_transactions()
+        for numbers, commit in ((range(0, 5), True), (range(5, 8), False), (range(8, 10), True)):
+            producer.begin_transaction()
+            for i in numbers:
+                producer.send(topic, key=b"k", value=f"r{i}".encode(), partition=0).get(timeout=30)
+            if commit:
+                producer.commit_transaction()
+            else:
+                producer.abort_transaction()
+    finally:
+        producer.close(timeout=10)
+    return topic
+
+
+def values_of(df):
+    return [bytes(r.value).decode() for r in df.orderBy("offset").collect()]
+
+
+def test_transaction_markers_are_never_records(spark, bootstrap_servers, transactional_topic):
+    df = reader(spark, bootstrap_servers, subscribe=transactional_topic)
+    assert values_of(df) == [f"r{i}" for i in range(10)]
+    offsets = [r.offset for r in df.orderBy("offset").collect()]
+    # three markers sit between/after the data records, so the offsets have gaps
+    assert offsets[:5] == [0, 1, 2, 3, 4] and offsets[5] == 6 and offsets[8] == 10
+
+
+def test_read_committed_hides_aborted_records(spark, bootstrap_servers, transactional_topic,
+                                              requires_read_committed_isolation):
+    df = reader(spark, bootstrap_servers, subscribe=transactional_topic,
+                **{"kafka.isolation.level": "read_committed"})
+    assert values_of(df) == [f"r{i}" for i in (0, 1, 2, 3, 4, 8, 9)]
