@@ -20,12 +20,22 @@ How a record travels, module by module:
 Importing this package starts nothing and opens no socket.
 """
 
-from .datasource import KafkaDataSource
-
 __all__ = ["KafkaDataSource", "register"]
 __version__ = "0.1.0"
 
 
+def __getattr__(name):
+    # Loaded on first use, so that importing a submodule (kafka_source.testing in a test
+    # helper, the executor modules in a Python worker) does not pull in the Spark glue.
+    if name == "KafkaDataSource":
+        from .datasource import KafkaDataSource
+
+        return KafkaDataSource
+    raise AttributeError(f"module 'kafka_source' has no attribute {name!r}")
+
+
 def register(spark) -> None:
     """Register the ``pykafka`` format with ``spark``."""
+    from .datasource import KafkaDataSource
+
     spark.dataSource.register(KafkaDataSource)

@@ -72,12 +72,12 @@ def _check_spec_partitions(spec: OffsetSpec, partitions: list[TopicPartition]) -
                           "not read (check 'subscribe', 'subscribePattern' or 'assign').")
     missing = sorted(have - named)
     if missing:
-        shown = ", ".join(f"{t}-{p}" for t, p in missing[:10])
+        shown = ", ".join(f"{t}-{p}" for t, p in missing[:10]) + (" ..." if len(missing) > 10
+                                                                  else "")
+        hint = ("Use -2 for earliest and -1 for latest." if spec.kind == "offsets"
+                else "Give a timestamp in milliseconds for each.")
         raise OptionError(f"Option '{spec.option}' must give a value for every partition read; "
-                          f"missing: {shown}{' ...' if len(missing) > 10 else ''}. Use -2 for "
-                          "earliest and -1 for latest." if spec.kind == "offsets" else
-                          f"Option '{spec.option}' must give a timestamp for every partition "
-                          f"read; missing: {shown}{' ...' if len(missing) > 10 else ''}.")
+                          f"missing: {shown}. {hint}")
 
 
 class OffsetResolver:
