@@ -146,19 +146,22 @@ class BrokerClient:
         infos = self.metadata(wanted)
         result = {}
         for topic in wanted:
-            info = infos.get(topic)
-            code = info.error_code if info else 3
-            if code != 0:
-                err = error_for(code)
-                if err is Errors.UnknownTopicOrPartitionError:
-                    raise TopicError(f"Topic '{topic}' does not exist on the Kafka cluster at "
-                                     f"'{self.bootstrap_servers}'.")
-                if getattr(err, "retriable", False):
-                    raise RetriableBrokerError(f"topic '{topic}': {err.__name__}")
-                raise TopicError(f"Topic '{topic}' cannot be read: {err.__name__} "
-                                 f"({getattr(err, 'description', '')}).")
-            result[topic] = sorted(info.partitions)
+            result[topic] = sorted(self._readable(topic, infos.get(topic)).partitions)
         return result
+
+    def _readable(self, topic: str, info: TopicInfo | None) -> TopicInfo:
+        """``info`` if the topic can be read; else TopicError, or RetriableBrokerError."""
+        code = info.error_code if info else Errors.UnknownTopicOrPartitionError.errno
+        if code == 0:
+            return info
+        err = error_for(code)
+        if err is Errors.UnknownTopicOrPartitionError:
+            raise TopicError(f"Topic '{topic}' does not exist on the Kafka cluster at "
+                             f"'{self.bootstrap_servers}'.")
+        if getattr(err, "retriable", False):
+            raise RetriableBrokerError(f"topic '{topic}': {err.__name__}")
+        raise TopicError(f"Topic '{topic}' cannot be read: {err.__name__} "
+                         f"({getattr(err, 'description', '')}).")
 
     def leaders(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The current leader of each partition; RetriableBrokerError while one has none."""
@@ -166,13 +169,7 @@ class BrokerClient:
         infos = self.metadata({t for t, _ in partitions})
         result = {}
         for topic, partition in partitions:
-            info = infos.get(topic)
-            if info is None or info.error_code != 0:
-                code = info.error_code if info else 3
-                if error_for(code) is Errors.UnknownTopicOrPartitionError:
-                    raise TopicError(f"Topic '{topic}' does not exist on the Kafka cluster at "
-                                     f"'{self.bootstrap_servers}'.")
-                raise RetriableBrokerError(f"topic '{topic}': {error_for(code).__name__}")
+            info = self._readable(topic, infos.get(topic))
             part = info.partitions.get(partition)
             if part is None:
                 raise TopicError(f"Topic '{topic}' has no partition {partition} (it has "
