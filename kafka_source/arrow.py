@@ -7,14 +7,15 @@ from typing import Iterable, Iterator, Sequence
 import pyarrow as pa
 
 from .records import Record
-from .schema import ARROW_HEADER_TYPE, arrow_schema
+from .schema import arrow_schema
 
 # Flush a batch once it holds this many records or payload bytes, so a task's memory stays
 # bounded however large its partition is.
 MAX_BATCH_RECORDS = 65_536
 MAX_BATCH_BYTES = 16 << 20
 
-_HEADERS_TYPE = arrow_schema(True).field("headers").type
+_SCHEMAS = {False: arrow_schema(False), True: arrow_schema(True)}
+_HEADERS_TYPE = _SCHEMAS[True].field("headers").type
 
 
 def records_to_batch(records: Sequence[Record], topic: str, partition: int,
@@ -35,7 +36,7 @@ def records_to_batch(records: Sequence[Record], topic: str, partition: int,
             [[{"key": k, "value": v} for k, v in r.headers] if r.headers else None
              for r in records],
             type=_HEADERS_TYPE))
-    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers))
+    return pa.RecordBatch.from_arrays(columns, schema=_SCHEMAS[include_headers])
 
 
 def batches(chunks: Iterable[list[Record]], topic: str, partition: int,
@@ -53,5 +54,3 @@ def batches(chunks: Iterable[list[Record]], topic: str, partition: int,
     if pending:
         yield records_to_batch(pending, topic, partition, include_headers)
 
-
-__all__ = ["records_to_batch", "batches", "ARROW_HEADER_TYPE"]

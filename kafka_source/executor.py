@@ -26,15 +26,13 @@ def _client_key(config) -> str:
     return json.dumps(connection_settings(config), sort_keys=True, default=str)
 
 
-def _checkout(config) -> BrokerClient:
-    key = _client_key(config)
+def _checkout(key: str, config) -> BrokerClient:
     with _lock:
         client = _clients.pop(key, None)
     return client if client is not None else BrokerClient(config)
 
 
-def _checkin(config, client: BrokerClient) -> None:
-    key = _client_key(config)
+def _checkin(key: str, client: BrokerClient) -> None:
     with _lock:
         old = _clients.pop(key, None)
         _clients[key] = client
@@ -47,7 +45,8 @@ def read_input_partition(partition: KafkaInputPartition) -> Iterator[pa.RecordBa
     config = settings.client_config
     fetch_settings = FetchSettings.from_config(config, poll_timeout_ms=settings.poll_timeout_ms,
                                                fail_on_data_loss=settings.fail_on_data_loss)
-    client = _checkout(config)
+    key = _client_key(config)
+    client = _checkout(key, config)
     ok = False
     try:
         fetcher = RangeFetcher(client, fetch_settings)
@@ -56,6 +55,6 @@ def read_input_partition(partition: KafkaInputPartition) -> Iterator[pa.RecordBa
         ok = True
     finally:
         if ok:
-            _checkin(config, client)
+            _checkin(key, client)
         else:
             client.close()

@@ -167,13 +167,11 @@ class RangeFetcher:
 
     def _handle_error(self, r: OffsetRange, position: int, code: int) -> tuple[int, bool]:
         """React to a partition-level fetch error; returns (new position, range finished)."""
-        tp = r.topic_partition
         err = error_for(code)
         if err is Errors.OffsetOutOfRangeError:
             return self._out_of_range(r, position)
         if getattr(err, "retriable", False) or err in (Errors.NotLeaderForPartitionError,
                                                        Errors.UnknownTopicOrPartitionError):
-            self._leaders.pop(tp, None)
             raise RetriableBrokerError(f"{err.__name__}")
         raise TopicError(f"Fetching {r.topic}-{r.partition} at offset {position} failed: "
                          f"{err.__name__} ({getattr(err, 'description', '')}).")
