@@ -6,16 +6,19 @@
           .option("kafka.bootstrap.servers", "broker:9092")
           .option("subscribe", "events")
           .load())
+    stream = spark.readStream.format("pykafka").option(...).option("kafka.group.id", "g").load()
 
 How a record travels, module by module:
 
     options, client_config  parse and validate the user's options (driver)
     offsets, planning       resolve offset ranges and split them into Spark tasks (driver)
+    stream, admission       streams: each trigger's end offsets, rate limits (driver)
+    group, assignors        streams: consumer-group membership and commits (driver)
     client                  Kafka protocol requests: Metadata, ListOffsets, Fetch
     executor, fetcher       the fetch loop for a task's ranges (executor)
     records, codecs         decode record batches: codecs, control records, transactions
     arrow, schema           records -> Arrow batches with Spark's Kafka schema
-    batch, datasource       the Spark DataSource / DataSourceReader glue
+    batch, stream, datasource  the Spark DataSource / reader glue
 
 Importing this package starts nothing and opens no socket.
 """

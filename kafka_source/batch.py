@@ -31,11 +31,7 @@ class KafkaBatchReader(DataSourceReader):
             ranges = plan_batch_ranges(client, opts)
         ranges = split_ranges(ranges, min_partitions=opts.min_partitions,
                               max_records_per_partition=opts.max_records_per_partition)
-        settings = ReadSettings(client_config=dict(opts.client_config),
-                                include_headers=opts.include_headers,
-                                fail_on_data_loss=opts.fail_on_data_loss,
-                                poll_timeout_ms=opts.poll_timeout_ms)
-        parts = input_partitions(ranges, settings)
+        parts = input_partitions(ranges, ReadSettings.from_options(opts))
         # Nothing to read: one empty task, so the query still runs and returns no rows.
         return parts or [InputPartition(None)]
 

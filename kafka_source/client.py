@@ -17,7 +17,7 @@ from typing import Iterable, Mapping
 import kafka.errors as Errors
 from kafka.net.compat import KafkaNetClient
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
-from kafka.protocol.metadata import MetadataRequest
+from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, MetadataRequest
 
 from .client_config import connection_settings
 from .errors import BrokerUnavailableError, TopicError
@@ -178,6 +178,27 @@ class BrokerClient:
                 raise RetriableBrokerError(f"{topic}-{partition} has no leader")
             result[(topic, partition)] = part.leader
         return result
+
+    # --- group coordinator -------------------------------------------------------------------
+
+    def find_coordinator(self, group_id: str) -> str | int:
+        """The node id to send ``group_id``'s group requests to (a dedicated connection).
+
+        Raises :class:`RetriableBrokerError` while the coordinator is unknown or moving, and
+        ``kafka.errors`` exceptions for fatal answers (e.g. GroupAuthorizationFailedError).
+        """
+        # key/key_type serve v0-v3, coordinator_keys v4+; the connection picks the version.
+        request = FindCoordinatorRequest(key=group_id, key_type=0, coordinator_keys=[group_id])
+        response = self.send(None, request)
+        result = response.coordinators[0] if response.coordinators else response
+        err = error_for(result.error_code)
+        if err is not Errors.NoError:
+            if getattr(err, "retriable", False) or err in (Errors.CoordinatorNotAvailableError,
+                                                           Errors.NotCoordinatorError):
+                raise RetriableBrokerError(f"FindCoordinator for group '{group_id}': "
+                                           f"{err.__name__}")
+            raise err(f"FindCoordinator for group '{group_id}'")
+        return self._net.cluster.add_coordinator(result, CoordinatorType.GROUP, group_id)
 
     # --- offsets ---------------------------------------------------------------------------
 

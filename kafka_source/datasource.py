@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceReader
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from .options import _lower_keys, parse_batch_options, parse_bool, validate_common_options
+from .options import (_lower_keys, parse_batch_options, parse_bool, parse_stream_options,
+                      validate_common_options)
 from .schema import spark_schema
 
 
@@ -28,3 +29,8 @@ class KafkaDataSource(DataSource):
         from .batch import KafkaBatchReader
 
         return KafkaBatchReader(parse_batch_options(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from .stream import KafkaStreamReader
+
+        return KafkaStreamReader(parse_stream_options(self.options))

@@ -84,10 +84,14 @@ class OffsetResolver:
     """Resolves offset specs for a set of partitions against one cluster, caching bounds."""
 
     def __init__(self, client: BrokerClient, options: SourceOptions,
-                 partitions: list[TopicPartition]):
+                 partitions: list[TopicPartition], *,
+                 all_partitions: list[TopicPartition] | None = None):
         self.client = client
         self.options = options
         self.partitions = partitions
+        # JSON specs must name every partition of the subscription, also when only some of
+        # them are resolved here (a stream reads the share its consumer group assigns it).
+        self.all_partitions = partitions if all_partitions is None else all_partitions
         self._earliest: dict[TopicPartition, int] | None = None
         self._latest: dict[TopicPartition, int] | None = None
 
@@ -117,7 +121,7 @@ class OffsetResolver:
         if spec.kind == "latest":
             return dict(self.latest)
         if spec.kind == "offsets":
-            _check_spec_partitions(spec, self.partitions)
+            _check_spec_partitions(spec, self.all_partitions)
             result = {}
             for tp in self.partitions:
                 value = spec.per_partition[tp]
@@ -128,7 +132,7 @@ class OffsetResolver:
                 result[tp] = value
             return result
         if spec.kind == "timestamps":
-            _check_spec_partitions(spec, self.partitions)
+            _check_spec_partitions(spec, self.all_partitions)
             targets = {tp: spec.per_partition[tp] for tp in self.partitions}
         else:
             targets = {tp: spec.global_timestamp for tp in self.partitions}

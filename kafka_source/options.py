@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import uuid
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -48,7 +49,8 @@ class OffsetSpec:
       ``earliest`` / ``latest``  -- the same bound for every partition;
       ``offsets``     -- ``per_partition`` maps (topic, partition) -> offset, -2/-1 allowed;
       ``timestamp``   -- one timestamp (ms) for every partition (``global_timestamp``);
-      ``timestamps``  -- ``per_partition`` maps (topic, partition) -> timestamp (ms).
+      ``timestamps``  -- ``per_partition`` maps (topic, partition) -> timestamp (ms);
+      ``group``       -- the consumer group's committed offsets (streams only).
     """
 
     kind: str
@@ -323,6 +325,139 @@ def parse_batch_options(options: Mapping[str, str]) -> SourceOptions:
     for spec in (starting, ending):
         _check_offsets_within_subscription(spec, sub)
     return _common(opts, sub, starting, ending)
+
+
+# --- streams ------------------------------------------------------------------------------------
+
+DEFAULT_GROUP_ID_PREFIX = "spark-kafka-source"
+DEFAULT_SESSION_TIMEOUT_MS = 45_000     # Java consumer default since Kafka 3.0
+DEFAULT_HEARTBEAT_INTERVAL_MS = 3_000
+DEFAULT_MAX_POLL_INTERVAL_MS = 300_000  # the rebalance timeout sent in JoinGroup
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60_000
+_AUTO_OFFSET_RESET = ("earliest", "latest", "none")
+_TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000,
+                  "h": 3_600_000, "d": 86_400_000}
+
+
+@dataclass(frozen=True)
+class GroupOptions:
+    """How the driver takes part in the consumer group (see :mod:`kafka_source.group`)."""
+
+    group_id: str
+    group_id_given: bool          # True when 'kafka.group.id' was set (else a generated id)
+    assignor: str                 # 'range' | 'roundrobin' | 'package.module:ClassName'
+    commit_offsets: bool
+    session_timeout_ms: int
+    heartbeat_interval_ms: int
+    rebalance_timeout_ms: int     # kafka.max.poll.interval.ms
+    auto_offset_reset: str        # 'earliest' | 'latest' | 'none'
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """The validated options of ``spark.readStream.format("pykafka")``."""
+
+    source: SourceOptions
+    group: GroupOptions
+    max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+
+
+def parse_duration_ms(opts: Mapping[str, str], key: str, default: int) -> int:
+    """A Spark time string ('15m', '30s', '500ms', '1h'; a bare number is milliseconds)."""
+    raw = opts.get(key.lower())
+    if raw is None:
+        return default
+    match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", str(raw).lower())
+    if not match or match.group(2) not in ("", *_TIME_UNITS_MS):
+        raise OptionError(f"Option '{key}' must be a duration like '15m', '30s' or '500ms' "
+                          f"(units: {', '.join(_TIME_UNITS_MS)}), got '{raw}'.")
+    return int(int(match.group(1)) * _TIME_UNITS_MS.get(match.group(2) or "ms", 1))
+
+
+def _parse_group(opts: Mapping[str, str], sub: Subscription) -> GroupOptions:
+    group_id = opts.get("kafka.group.id")
+    if group_id is not None and not str(group_id).strip():
+        raise OptionError("Option 'kafka.group.id' is empty; give a consumer group name or leave "
+                          "it out to use a generated one ('groupIdPrefix').")
+    prefix = str(opts.get("groupidprefix", DEFAULT_GROUP_ID_PREFIX)).strip()
+    if not prefix:
+        raise OptionError("Option 'groupIdPrefix' is empty.")
+    assignor = str(opts.get("assignor", "range")).strip()
+    if not assignor:
+        raise OptionError("Option 'assignor' is empty; valid values are 'range', 'roundrobin' or "
+                          "'package.module:ClassName' of your own assignor class.")
+    session = parse_int(opts, "kafka.session.timeout.ms", DEFAULT_SESSION_TIMEOUT_MS, minimum=1,
+                        what="milliseconds (> 0)")
+    heartbeat = parse_int(opts, "kafka.heartbeat.interval.ms",
+                          min(DEFAULT_HEARTBEAT_INTERVAL_MS, max(session // 3, 1)), minimum=1,
+                          what="milliseconds (> 0)")
+    if heartbeat >= session:
+        raise OptionError(f"Option 'kafka.heartbeat.interval.ms' ({heartbeat}) must be lower "
+                          f"than 'kafka.session.timeout.ms' ({session}); Kafka recommends at most "
+                          "a third of it.")
+    rebalance = parse_int(opts, "kafka.max.poll.interval.ms", DEFAULT_MAX_POLL_INTERVAL_MS,
+                          minimum=1, what="milliseconds (> 0)")
+    reset = str(opts.get("kafka.auto.offset.reset", "latest")).strip().lower()
+    if reset not in _AUTO_OFFSET_RESET:
+        raise OptionError(f"Option 'kafka.auto.offset.reset' must be 'earliest', 'latest' or "
+                          f"'none', got '{opts['kafka.auto.offset.reset']}'.")
+    return GroupOptions(
+        group_id=(str(group_id).strip() if group_id is not None
+                  else f"{prefix}-{uuid.uuid4()}"),
+        group_id_given=group_id is not None,
+        assignor=assignor,
+        commit_offsets=parse_bool(opts, "commitOffsets", True),
+        session_timeout_ms=session,
+        heartbeat_interval_ms=heartbeat,
+        rebalance_timeout_ms=rebalance,
+        auto_offset_reset=reset,
+    )
+
+
+def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
+    """Validate the options of ``spark.readStream.format("pykafka")``."""
+    opts = _lower_keys(options)
+    sub = parse_subscription(opts)
+    _check_unsupported_kafka_params(opts, streaming=True)
+    for key in ("endingoffsets", "endingoffsetsbytimestamp", "endingtimestamp"):
+        if key in opts:
+            name = {"endingoffsets": "endingOffsets",
+                    "endingoffsetsbytimestamp": "endingOffsetsByTimestamp",
+                    "endingtimestamp": "endingTimestamp"}[key]
+            raise OptionError(f"Option '{name}' is for batch reads (spark.read) only; a stream "
+                              "has no end. Use Trigger.AvailableNow to read what is there and "
+                              "stop, or a batch read with 'endingOffsets'.")
+    group = _parse_group(opts, sub)
+    default_start = "group" if group.group_id_given else "latest"
+    raw_start = str(opts.get("startingoffsets", default_start)).strip()
+    if raw_start.lower() == "group" and not any(
+            k in opts for k in ("startingtimestamp", "startingoffsetsbytimestamp")):
+        if not group.group_id_given:
+            raise OptionError("Option 'startingOffsets' is 'group' but 'kafka.group.id' is not "
+                              "set: a generated group has no committed offsets. Set "
+                              "'kafka.group.id', or use 'earliest', 'latest' or offset JSON.")
+        starting = OffsetSpec("group", option="startingOffsets")
+    else:
+        starting = parse_offset_spec(opts, which="starting", default=default_start,
+                                     allowed_words=("earliest", "latest"))
+    _check_offsets_within_subscription(starting, sub)
+    max_per = parse_int(opts, "maxOffsetsPerTrigger", None, minimum=1, what="a positive integer")
+    min_per = parse_int(opts, "minOffsetsPerTrigger", None, minimum=1, what="a positive integer")
+    if max_per is not None and min_per is not None and min_per > max_per:
+        raise OptionError(f"Option 'minOffsetsPerTrigger' ({min_per}) can't be greater than "
+                          f"'maxOffsetsPerTrigger' ({max_per}).")
+    if "maxtriggerdelay" in opts and min_per is None:
+        log.warning("Option 'maxTriggerDelay' has no effect without 'minOffsetsPerTrigger'.")
+    return StreamOptions(
+        source=_common(opts, sub, starting, None),
+        group=group,
+        max_offsets_per_trigger=max_per,
+        min_offsets_per_trigger=min_per,
+        max_trigger_delay_ms=parse_duration_ms(opts, "maxTriggerDelay",
+                                               DEFAULT_MAX_TRIGGER_DELAY_MS),
+    )
 
 
 def _common(opts: dict[str, str], sub: Subscription, starting: OffsetSpec,

@@ -13,6 +13,7 @@ from typing import Mapping, Sequence
 from pyspark.sql.datasource import InputPartition
 
 from .offsets import OffsetRange
+from .options import SourceOptions
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,13 @@ class ReadSettings:
     include_headers: bool
     fail_on_data_loss: bool
     poll_timeout_ms: int
+
+    @classmethod
+    def from_options(cls, options: SourceOptions) -> "ReadSettings":
+        return cls(client_config=dict(options.client_config),
+                   include_headers=options.include_headers,
+                   fail_on_data_loss=options.fail_on_data_loss,
+                   poll_timeout_ms=options.poll_timeout_ms)
 
 
 class KafkaInputPartition(InputPartition):

@@ -1,0 +1,386 @@
+"""``spark.readStream.format("pykafka")``: the stream reader, a member of a consumer group.
+
+Spark calls the planning methods (``initialOffset``, ``latestOffset``, ``partitions``,
+``commit``) in one long-lived Python process on the driver; ``read`` runs on executors and is the
+batch reader's (:func:`kafka_source.executor.read_input_partition`).
+
+One trigger, as seen from here (``latestOffset(start, limit)``):
+
+1. ``start`` is the end of the last micro-batch, and Spark plans a new batch only after the
+   previous one completed. So every offset in ``start`` is processed: it is committed to the
+   group now (:meth:`KafkaStreamReader._commit_completed`). This is what makes the group's
+   committed offsets follow the query, including the last batch of an AvailableNow run and an
+   idle stream -- Spark's own ``commit(end)`` comes a batch later and not at all at the end.
+2. Metadata is refreshed and the membership checked (:class:`kafka_source.group.GroupMember`):
+   a rebalance the heartbeat thread noticed, a new topic matching ``subscribePattern`` or new
+   partitions make the member rejoin -- after step 1 committed what it processed of the
+   partitions it may lose.
+3. Partitions this member keeps continue from ``start``. Newly assigned partitions are adopted:
+   they start at the group's committed offset (else ``kafka.auto.offset.reset``; partitions
+   created after the query started begin at their log start). An adopted partition enters the
+   offsets with an empty range first, so that every batch's ranges follow from its start and end
+   offsets alone, also when Spark re-plans a batch after a restart.
+4. The end offsets come from ListOffsets(latest), capped by the AvailableNow target and the
+   admission control options (:mod:`kafka_source.admission`).
+
+Offsets are Spark's Kafka source JSON, ``{"topic": {"partition": next_offset}}``, holding the
+partitions this member read in that batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Iterator, Mapping
+
+import kafka.errors as Errors
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
+                                              ReadMinRows, SupportsTriggerAvailableNow)
+
+from .admission import hold_back, rate_limit
+from .client import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient, RetriableBrokerError,
+                     TopicPartition, error_for)
+from .errors import DataLossError, OptionError, TopicError
+from .executor import read_input_partition
+from .offsets import OffsetRange, OffsetResolver, check_start_for_data_loss
+from .options import StreamOptions
+from .planning import ReadSettings, input_partitions, split_ranges
+
+log = logging.getLogger(__name__)
+
+Offsets = dict[TopicPartition, int]
+
+
+def encode_offsets(offsets: Mapping[TopicPartition, int]) -> dict:
+    """Spark's Kafka offset JSON (as a dict): topics and partitions in a stable order."""
+    result: dict[str, dict[str, int]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        result.setdefault(topic, {})[str(partition)] = int(offset)
+    return result
+
+
+def decode_offsets(value: Mapping | None) -> Offsets:
+    result: Offsets = {}
+    for topic, parts in (value or {}).items():
+        for partition, offset in parts.items():
+            result[(topic, int(partition))] = int(offset)
+    return result
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: StreamOptions):
+        self.options = options
+        self._client: BrokerClient | None = None
+        self._member = None
+        self._previous: frozenset[TopicPartition] | None = None  # assignment at the last trigger
+        self._known: set[TopicPartition] | None = None  # partitions when this reader began
+        self._initial: Offsets | None = None
+        self._committed: Offsets = {}                    # what this process last committed
+        self._latest: Offsets | None = None              # for reportLatestOffset
+        self._target: Offsets | None = None              # Trigger.AvailableNow
+        # When the last batch with records was planned (maxTriggerDelay); as in Spark, the first
+        # trigger is never held back.
+        self._last_batch_ms = -(1 << 62)
+        self._counts: dict[str, int] = {}                # partition count per subscribed topic
+
+    # --- connections --------------------------------------------------------------------------
+
+    @property
+    def client(self) -> BrokerClient:
+        if self._client is None:
+            self._client = BrokerClient(self.options.source.client_config)
+        return self._client
+
+    @property
+    def member(self):
+        if self._member is None:
+            from .assignors import load_assignor
+            from .group import GroupMember
+
+            src = self.options.source
+            config = src.client_config
+            manual = src.subscription.assignment if src.subscription.kind == "assign" else ()
+            self._member = GroupMember(
+                self.client, lambda: BrokerClient(config), self.options.group,
+                load_assignor(self.options.group.assignor), manual_assignment=manual,
+                request_timeout_ms=int(config.get("request_timeout_ms", 30_000)),
+                retry_backoff_ms=int(config.get("retry_backoff_ms", 100)))
+        return self._member
+
+    # --- Spark's planning calls ---------------------------------------------------------------
+
+    def initialOffset(self) -> dict:
+        partitions = self._current_partitions(strict=True)
+        owned = self._assignment(partitions)
+        src = self.options.source
+        spec = src.starting
+        if spec.kind == "group":
+            positions = self._adopt(owned, partitions, new_partitions=False)
+        else:
+            resolver = OffsetResolver(self.client, src, list(owned), all_partitions=partitions)
+            starts = resolver.resolve(spec, is_start=True)
+            positions = {tp: check_start_for_data_loss(tp, starts[tp], resolver.earliest[tp], src)
+                         for tp in owned}
+        self._previous = frozenset(owned)
+        self._initial = dict(positions)
+        log.info("Query starts at %s (startingOffsets=%s, group '%s')",
+                 encode_offsets(positions), spec.kind, self.options.group.group_id)
+        return encode_offsets(positions)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        if self.options.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.options.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        partitions = self._current_partitions(strict=True)
+        self._target = self._list(partitions, LATEST_TIMESTAMP)
+        log.info("Trigger.AvailableNow: reading up to %s", encode_offsets(self._target))
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        start_pos = decode_offsets(start)
+        member = self.member
+        if member.stable:
+            self._commit_completed(start_pos)  # before a rebalance can take partitions away
+        partitions = self._current_partitions(strict=False)
+        self._check_vanished(start_pos, partitions)
+        owned = self._assignment(partitions)
+        self._commit_completed(start_pos)
+        previous = self._previous
+        self._previous = frozenset(owned)
+        # Keep: owned now and before (or, first trigger after a restart, in the checkpoint).
+        kept = {tp: off for tp, off in start_pos.items()
+                if tp in owned and (previous is None or tp in previous)}
+        new = [tp for tp in owned if tp not in start_pos]
+        adopted = self._adopt(new, partitions, new_partitions=True) if new else {}
+        latest = self._list(list(kept), LATEST_TIMESTAMP)
+        self._latest = {**latest, **adopted}
+        end = self._admit(kept, self._check_latest(kept, latest), limit)
+        end.update(adopted)
+        if any(off > kept[tp] for tp, off in end.items() if tp in kept):
+            self._last_batch_ms = _now_ms()
+        if end == start_pos and self._target is not None and all(
+                off >= self._target.get(tp, off) for tp, off in end.items()):
+            # AvailableNow has nothing left: Spark ends the query after this call, and may never
+            # call stop(). Everything is committed (step 1), so leave the group now.
+            log.info("Trigger.AvailableNow finished; leaving group '%s'",
+                     self.options.group.group_id)
+            member.leave("Trigger.AvailableNow finished")
+            self._previous = None
+        return encode_offsets(end)
+
+    def reportLatestOffset(self) -> dict | None:
+        return None if self._latest is None else encode_offsets(self._latest)
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        start_pos, end_pos = decode_offsets(start), decode_offsets(end)
+        ranges = []
+        for tp, until in sorted(end_pos.items()):
+            begin = start_pos.get(tp, until)   # not in start: adopted with an empty range
+            if until > begin:
+                ranges.append(OffsetRange(tp[0], tp[1], begin, until))
+        src = self.options.source
+        ranges = split_ranges(ranges, min_partitions=src.min_partitions,
+                              max_records_per_partition=src.max_records_per_partition)
+        return input_partitions(ranges, ReadSettings.from_options(src))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_input_partition(partition)
+
+    def commit(self, end: dict) -> None:
+        # Spark says batches up to ``end`` are done; latestOffset normally committed them already.
+        self._commit_completed(decode_offsets(end))
+
+    def stop(self) -> None:
+        # Nothing is committed here: the last planned batch may not have completed.
+        try:
+            if self._member is not None:
+                self._member.close()
+        finally:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    # --- steps of a trigger -------------------------------------------------------------------
+
+    def _current_partitions(self, *, strict: bool) -> list[TopicPartition]:
+        """Every partition the subscription covers now (strict: missing topics are errors)."""
+        sub = self.options.source.subscription
+        wanted = None if sub.kind == "subscribePattern" else (
+            sub.topics if sub.kind == "subscribe" else {t for t, _ in sub.assignment})
+        infos = self._metadata(wanted)
+        if sub.kind == "subscribePattern":
+            topics = [t for t, i in infos.items()
+                      if i.error_code == 0 and not t.startswith("__") and sub.matches(t)]
+            if strict and not topics:
+                raise TopicError(f"Option 'subscribePattern' ('{sub.pattern}') matches no topic "
+                                 f"on the Kafka cluster at '{self.client.bootstrap_servers}'.")
+        else:
+            topics = []
+            for t in sorted(wanted):
+                info = infos.get(t)
+                if info is not None and info.error_code == 0:
+                    topics.append(t)
+                elif strict:
+                    self.client.partitions_of([t])  # raises the clear error for this topic
+        result = sorted((t, p) for t in topics for p in infos[t].partitions)
+        if sub.kind == "assign":
+            wanted_parts = set(sub.assignment)
+            if strict:
+                for topic, partition in sorted(wanted_parts - set(result)):
+                    raise TopicError(f"Option 'assign' names {topic}-{partition}, but topic "
+                                     f"'{topic}' has partitions "
+                                     f"{sorted(p for t, p in result if t == topic)}.")
+            result = [tp for tp in result if tp in wanted_parts]
+        if self._known is None:
+            self._known = set(result)
+        self._counts = {t: len(infos[t].partitions) for t in topics}
+        return result
+
+    def _metadata(self, topics):
+        """Metadata, retried while a topic reports a transient error (e.g. no leader yet)."""
+        src = self.options.source
+        attempt = 0
+        while True:
+            infos = self.client.metadata(topics)
+            troubled = sorted(t for t, i in infos.items() if i.error_code != 0 and getattr(
+                error_for(i.error_code), "retriable", False))
+            if not troubled:
+                return infos
+            attempt += 1
+            if attempt > src.fetch_offset_num_retries:
+                if all(error_for(infos[t].error_code) is Errors.UnknownTopicOrPartitionError
+                       for t in troubled):
+                    return infos  # the topics do not exist: the callers say so clearly
+                raise RetriableBrokerError(
+                    f"metadata of topic(s) {troubled} still failing after "
+                    f"{src.fetch_offset_num_retries} retries (option 'fetchOffset.numRetries')")
+            time.sleep(src.fetch_offset_retry_interval_ms / 1000)
+
+    def _assignment(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        existing = set(partitions)
+        owned = self.member.ensure_active(self._counts.keys(), self._counts)
+        return sorted(tp for tp in owned if tp in existing)
+
+    def _commit_completed(self, completed: Offsets) -> None:
+        """Commit offsets Spark has completed, for the partitions this member owns."""
+        if not self.options.group.commit_offsets or not completed:
+            return
+        if self._initial is not None and completed == self._initial:
+            return  # the query's starting point, not the end of a batch
+        owned = set(self.member.assignment)
+        previous = self._previous
+        todo = {tp: off for tp, off in completed.items()
+                if tp in owned and (previous is None or tp in previous)
+                and self._committed.get(tp) != off}
+        if todo and self.member.commit(todo):
+            self._committed.update(todo)
+
+    def _adopt(self, partitions: list[TopicPartition], all_partitions: list[TopicPartition], *,
+               new_partitions: bool) -> Offsets:
+        """Starting offsets of partitions this member just got: committed, else reset."""
+        if not partitions:
+            return {}
+        group = self.options.group
+        committed = self.member.committed(partitions)
+        earliest = self._list(partitions, EARLIEST_TIMESTAMP)
+        latest = self._list(partitions, LATEST_TIMESTAMP)
+        result = {}
+        for tp in partitions:
+            offset = committed.get(tp)
+            if offset is not None:
+                offset = check_start_for_data_loss(tp, offset, earliest[tp], self.options.source)
+                if offset > latest[tp]:
+                    self._data_loss(f"The committed offset {offset} of {tp[0]}-{tp[1]} in group "
+                                    f"'{group.group_id}' is beyond the end of the log "
+                                    f"({latest[tp]}): the topic was recreated or truncated.",
+                                    f"Continuing from {latest[tp]}")
+                    offset = latest[tp]
+                how = "committed offset"
+            elif new_partitions and self._known is not None and tp not in self._known:
+                offset = earliest[tp]
+                how = "new partition, from its start"
+                if offset != 0:
+                    self._data_loss(f"New partition {tp[0]}-{tp[1]} starts at offset {offset} "
+                                    "instead of 0: records were deleted before the query "
+                                    "could read them.", f"Reading from {offset}")
+            elif group.auto_offset_reset == "none":
+                raise OptionError(
+                    f"Consumer group '{group.group_id}' has no committed offset for {tp[0]}-"
+                    f"{tp[1]} and 'kafka.auto.offset.reset' is 'none'. Set it to 'earliest' or "
+                    "'latest', or 'startingOffsets' to 'earliest', 'latest' or offset JSON.")
+            else:
+                offset = (earliest if group.auto_offset_reset == "earliest" else latest)[tp]
+                how = f"no committed offset: kafka.auto.offset.reset={group.auto_offset_reset}"
+            log.info("Adopting %s-%d at offset %d (%s)", tp[0], tp[1], offset, how)
+            result[tp] = offset
+        return result
+
+    def _check_vanished(self, start: Offsets, partitions: list[TopicPartition]) -> None:
+        existing = set(partitions)
+        gone = sorted(tp for tp in start if tp not in existing)
+        if gone:
+            shown = ", ".join(f"{t}-{p}" for t, p in gone[:10])
+            self._data_loss(f"Partitions {shown} no longer exist (topic deleted?); records not "
+                            "yet read from them are lost.", "Dropping them")
+
+    def _check_latest(self, start: Offsets, latest: Offsets) -> Offsets:
+        """Latest offsets, after checking none went backwards (topic recreated or truncated)."""
+        for tp, offset in start.items():
+            end = latest.get(tp, offset)
+            if end < offset:
+                self._data_loss(f"{tp[0]}-{tp[1]}'s log now ends at {end}, before offset "
+                                f"{offset} where the query was: the topic was recreated or its "
+                                "log truncated.", f"Continuing from {end}")
+        return latest
+
+    def _admit(self, start: Offsets, latest: Offsets, limit: ReadLimit) -> Offsets:
+        """End offsets of the next batch under the trigger's read limit."""
+        if self._target is not None:
+            # Never past the AvailableNow target (a partition created since has none: stay).
+            latest = {tp: off if off < start[tp] else
+                      max(start[tp], min(off, self._target.get(tp, start[tp])))
+                      for tp, off in latest.items()}
+        if isinstance(limit, ReadAllAvailable):
+            return dict(latest)
+        opts = self.options
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) \
+            else opts.max_offsets_per_trigger
+        min_rows = limit.min_rows if isinstance(limit, ReadMinRows) \
+            else opts.min_offsets_per_trigger
+        # AvailableNow ignores minOffsetsPerTrigger: waiting for data that will never be read
+        # would end the run with records left behind.
+        if min_rows and self._target is None and hold_back(
+                min_rows, start, latest, now_ms=_now_ms(), last_batch_ms=self._last_batch_ms,
+                max_delay_ms=opts.max_trigger_delay_ms):
+            return dict(start)
+        if max_rows:
+            return rate_limit(max_rows, start, latest)
+        return dict(latest)
+
+    def _list(self, partitions, target: int) -> Offsets:
+        if not partitions:
+            return {}
+        src = self.options.source
+        listed = self.client.list_offsets(
+            {tp: target for tp in partitions}, read_committed=src.read_committed,
+            retries=src.fetch_offset_num_retries,
+            retry_interval_ms=src.fetch_offset_retry_interval_ms)
+        return {tp: off for tp, (off, _) in listed.items()}
+
+    def _data_loss(self, message: str, action: str) -> None:
+        if self.options.source.fail_on_data_loss:
+            raise DataLossError(message + " Set the option 'failOnDataLoss' to 'false' to go on "
+                                          "with what is still available.")
+        log.warning("%s %s because failOnDataLoss is false.", message, action)
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+__all__ = ["KafkaStreamReader", "encode_offsets", "decode_offsets"]

@@ -1,0 +1,421 @@
+"""Streaming reads as a consumer-group member, end to end through Spark, on the selected broker.
+
+Records are produced one per request: on the embedded broker ListOffsets(latest) is only exact
+for single-record batches (see DEVELOPERS.md), and these tests compare the group's committed
+offsets with the log end. Session timeouts are small because the embedded broker holds a join
+for about half of it; a real Kafka broker refuses less than 6 s (group.min.session.timeout.ms).
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import threading
+import time
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka.coordinator.assignors.range import RangePartitionAssignor
+from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+from kafka.protocol.admin import DescribeGroupsRequest
+
+from kafka_source.assignors import Assignment, RangeAssignor, RoundRobinAssignor, Subscription
+from kafka_source.client import BrokerClient
+from kafka_source.testing import create_topic, unique_topic_name
+
+from .test_batch_read import produce
+
+
+
+@pytest.fixture(scope="module")
+def group_timeouts(kafka_broker):
+    """(session, heartbeat) in ms: small, within what the broker accepts."""
+    return (2_000, 400) if kafka_broker.is_tansu else (6_000, 1_000)
+
+
+def stream_options(bootstrap, topic, timeouts, **extra):
+    session, heartbeat = timeouts
+    opts = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic,
+            "kafka.session.timeout.ms": str(session),
+            "kafka.heartbeat.interval.ms": str(heartbeat),
+            # a rebalance waits at most this long for members to rejoin
+            "kafka.max.poll.interval.ms": str(4 * session)}
+    opts.update({k: str(v) for k, v in extra.items()})
+    return opts
+
+
+def produce_counts(bootstrap, topic, per_partition: dict[int, int], start: dict[int, int] | None
+                   = None):
+    """Produce ``per_partition[p]`` records to each partition, one per request."""
+    start = start or {}
+    records, parts = [], []
+    for p, n in sorted(per_partition.items()):
+        for i in range(start.get(p, 0), start.get(p, 0) + n):
+            records.append((f"k{p}-{i}".encode(), f"p{p}-{i}".encode(), [], 1_700_000_000_000 + i))
+            parts.append(p)
+    produce(bootstrap, topic, records, partition_of=lambda i: parts[i], one_per_batch=True)
+
+
+def committed(bootstrap, group, topic) -> dict[int, int]:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        offsets = admin.list_group_offsets(group).get(group, {})
+        return {tp.partition: om.offset for tp, om in offsets.items() if tp.topic == topic}
+    finally:
+        admin.close()
+
+
+def end_offsets(bootstrap, topic, partitions) -> dict[int, int]:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        ends = consumer.end_offsets([TopicPartition(topic, p) for p in range(partitions)])
+        return {tp.partition: off for tp, off in ends.items()}
+    finally:
+        consumer.close()
+
+
+def describe_group(bootstrap, group):
+    """(state, {member_id: [(topic, partition), ...]}) straight from the coordinator."""
+    with BrokerClient({"bootstrap_servers": bootstrap}) as client:
+        node = client.find_coordinator(group)
+        response = client.send(node, DescribeGroupsRequest(groups=[group],
+                                                           include_authorized_operations=False))
+    g = response.groups[0]
+    members = {m.member_id: list(Assignment.decode(bytes(m.member_assignment or b"")).partitions)
+               for m in g.members}
+    return g.group_state, members
+
+
+def wait_until(predicate, timeout_s, what, interval_s=0.2):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def load_stream(spark, options):
+    reader = spark.readStream.format("pykafka")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def run_available_now(spark, options, checkpoint, out):
+    query = (load_stream(spark, options).selectExpr("CAST(value AS STRING) AS value", "partition", "offset")
+             .writeStream.format("parquet").option("path", out)
+             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    assert query.awaitTermination(180), "AvailableNow query did not finish within 180 s"
+    assert query.exception() is None, query.exception()
+    return query
+
+
+def sink_rows(spark, out):
+    try:
+        return [(r.partition, r.offset, r.value) for r in spark.read.parquet(out).collect()]
+    except Exception as exc:  # nothing written yet
+        if "PATH_NOT_FOUND" in str(exc) or "UNABLE_TO_INFER_SCHEMA" in str(exc):
+            return []
+        raise
+
+
+def expected_rows(per_partition: dict[int, int]):
+    return sorted((p, i, f"p{p}-{i}") for p, n in per_partition.items() for i in range(n))
+
+
+def data_batches(query):
+    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"] > 0]
+
+
+# ---------------------------------------------------------------------------------------------
+
+def test_available_now_rate_limited_exactly_once_then_commits(spark, bootstrap_servers,
+                                                              group_timeouts, tmp_path):
+    topic = unique_topic_name("avn")
+    create_topic(bootstrap_servers, topic, partitions=3)
+    counts = {0: 40, 1: 40, 2: 40}
+    produce_counts(bootstrap_servers, topic, counts)
+    group = unique_topic_name("g-avn")
+    limit = 25
+    query = run_available_now(spark, stream_options(
+        bootstrap_servers, topic, group_timeouts, **{"kafka.group.id": group,
+                                                     "startingOffsets": "earliest",
+                                                     "maxOffsetsPerTrigger": limit}),
+        str(tmp_path / "ck"), str(tmp_path / "out"))
+
+    assert sorted(sink_rows(spark, str(tmp_path / "out"))) == expected_rows(counts)
+    batches = data_batches(query)
+    assert all(n <= limit for n in batches), batches
+    assert len(batches) == math.ceil(120 / 24), batches  # 3 partitions x floor(25/3) = 24
+    # The last batch's end offsets are committed although Spark never calls commit() for it.
+    assert committed(bootstrap_servers, group, topic) == end_offsets(bootstrap_servers, topic, 3) \
+        == counts
+    # ... and the query left the group when it finished.
+    state, members = describe_group(bootstrap_servers, group)
+    assert members == {}, (state, members)
+
+
+def test_restart_from_checkpoint_neither_loses_nor_duplicates(spark, bootstrap_servers,
+                                                              group_timeouts, tmp_path):
+    topic = unique_topic_name("restart")
+    create_topic(bootstrap_servers, topic, partitions=2)
+    group = unique_topic_name("g-restart")
+    opts = stream_options(bootstrap_servers, topic, group_timeouts,
+                          **{"kafka.group.id": group, "startingOffsets": "earliest",
+                             "maxOffsetsPerTrigger": 15})
+    ck, out = str(tmp_path / "ck"), str(tmp_path / "out")
+    produce_counts(bootstrap_servers, topic, {0: 20, 1: 10})
+    run_available_now(spark, opts, ck, out)
+    produce_counts(bootstrap_servers, topic, {0: 5, 1: 12}, start={0: 20, 1: 10})
+    # Rewind the group: on restart the checkpoint wins over the group's committed offsets.
+    rewind = KafkaConsumer(bootstrap_servers=bootstrap_servers, group_id=group,
+                           enable_auto_commit=False)
+    try:
+        from kafka.structs import OffsetAndMetadata
+        rewind.commit({TopicPartition(topic, p): OffsetAndMetadata(0, "", -1) for p in (0, 1)})
+    finally:
+        rewind.close()
+    run_available_now(spark, opts, ck, out)
+
+    assert sorted(sink_rows(spark, out)) == expected_rows({0: 25, 1: 22})
+    assert committed(bootstrap_servers, group, topic) == {0: 25, 1: 22}
+
+
+def test_new_checkpoint_in_same_group_resumes_from_committed_offsets(spark, bootstrap_servers,
+                                                                     group_timeouts, tmp_path):
+    topic = unique_topic_name("resume")
+    create_topic(bootstrap_servers, topic, partitions=2)
+    group = unique_topic_name("g-resume")
+    produce_counts(bootstrap_servers, topic, {0: 10, 1: 10})
+    first = stream_options(bootstrap_servers, topic, group_timeouts,
+                           **{"kafka.group.id": group, "startingOffsets": "earliest"})
+    run_available_now(spark, first, str(tmp_path / "ck1"), str(tmp_path / "out1"))
+    produce_counts(bootstrap_servers, topic, {0: 3, 1: 4}, start={0: 10, 1: 10})
+    # Default startingOffsets with kafka.group.id is 'group': resume where the group is.
+    second = stream_options(bootstrap_servers, topic, group_timeouts, **{"kafka.group.id": group})
+    run_available_now(spark, second, str(tmp_path / "ck2"), str(tmp_path / "out2"))
+
+    rows = sorted(sink_rows(spark, str(tmp_path / "out2")))
+    assert rows == [(0, i, f"p0-{i}") for i in range(10, 13)] + \
+        [(1, i, f"p1-{i}") for i in range(10, 14)]
+    assert committed(bootstrap_servers, group, topic) == {0: 13, 1: 14}
+
+
+class PlainConsumer:
+    """A kafka-python group member polling in a thread, recording what it reads."""
+
+    def __init__(self, bootstrap, topic, group, timeouts, assignor):
+        session, heartbeat = timeouts
+        self.consumer = KafkaConsumer(
+            topic, bootstrap_servers=bootstrap, group_id=group, client_id="plain-consumer",
+            auto_offset_reset="earliest", enable_auto_commit=True, auto_commit_interval_ms=200,
+            session_timeout_ms=session, heartbeat_interval_ms=heartbeat,
+            max_poll_interval_ms=4 * session, partition_assignment_strategy=[assignor])
+        self.rows: list[tuple[int, int, str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            for _tp, msgs in self.consumer.poll(timeout_ms=200).items():
+                self.rows.extend((m.partition, m.offset, m.value.decode()) for m in msgs)
+
+    def assignment(self):
+        return sorted(tp.partition for tp in self.consumer.assignment())
+
+    def close(self):
+        self._stop.set()
+        self._thread.join(30)
+        self.consumer.close()  # commits and leaves the group
+
+
+def start_stream(spark, options, checkpoint, out, trigger="300 milliseconds"):
+    return (load_stream(spark, options).selectExpr("CAST(value AS STRING) AS value", "partition", "offset")
+            .writeStream.format("parquet").option("path", out)
+            .option("checkpointLocation", checkpoint).trigger(processingTime=trigger).start())
+
+
+@pytest.mark.parametrize("assignor,kafka_python_assignor,ours", [
+    ("range", RangePartitionAssignor, RangeAssignor()),
+    ("roundrobin", RoundRobinPartitionAssignor, RoundRobinAssignor()),
+])
+def test_query_and_plain_consumer_share_a_group(spark, bootstrap_servers, group_timeouts,
+                                                tmp_path, assignor, kafka_python_assignor, ours):
+    topic = unique_topic_name(f"share-{assignor}")
+    create_topic(bootstrap_servers, topic, partitions=5)
+    group = unique_topic_name("g-share")
+    plain = PlainConsumer(bootstrap_servers, topic, group, group_timeouts, kafka_python_assignor)
+    query = None
+    try:
+        wait_until(plain.assignment, 60, "the plain consumer's first assignment")
+        query = start_stream(spark, stream_options(
+            bootstrap_servers, topic, group_timeouts,
+            **{"kafka.group.id": group, "assignor": assignor, "startingOffsets": "earliest"}),
+            str(tmp_path / "ck"), str(tmp_path / "out"))
+        state, members = wait_until(
+            lambda: (lambda s, m: (s, m) if s == "Stable" and len(m) == 2 else None)(
+                *describe_group(bootstrap_servers, group)),
+            90, "a stable group of two members")
+        # The leader (whichever it is) assigned as the assignor says, over both members' ids.
+        expected = ours.assign({topic: 5}, {m: Subscription((topic,)) for m in members})
+        plain_id = next(m for m in members if m.startswith("plain-consumer"))
+        query_id = next(m for m in members if m != plain_id)
+        plain_parts = sorted(p for _, p in expected[plain_id])
+        query_parts = sorted(p for _, p in expected[query_id])
+        wait_until(lambda: plain.assignment() == plain_parts, 30,
+                   f"the plain consumer to hold {plain_parts}")
+        if all(members.values()):  # brokers other than the embedded one describe assignments
+            assert {m: sorted(ps) for m, ps in members.items()} == \
+                {m: sorted(ps) for m, ps in expected.items()}
+
+        counts = {p: 6 for p in range(5)}
+        produce_counts(bootstrap_servers, topic, counts)
+        out = str(tmp_path / "out")
+        wait_until(lambda: len(plain.rows) + len(sink_rows(spark, out)) >= 30, 90,
+                   "all 30 records read by the two members")
+        query_rows = sink_rows(spark, out)
+        assert sorted({r[0] for r in query_rows}) == query_parts
+        assert sorted({r[0] for r in plain.rows}) == plain_parts
+        assert sorted(query_rows + plain.rows) == expected_rows(counts)
+        wait_until(lambda: committed(bootstrap_servers, group, topic) == counts, 30,
+                   "both members' commits")
+    finally:
+        if query is not None:
+            query.stop()
+        plain.close()
+
+
+def test_member_joining_and_leaving_mid_stream_loses_nothing(spark, bootstrap_servers,
+                                                             group_timeouts, tmp_path):
+    topic = unique_topic_name("rebalance")
+    create_topic(bootstrap_servers, topic, partitions=4)
+    group = unique_topic_name("g-rebalance")
+    out = str(tmp_path / "out")
+    query = start_stream(spark, stream_options(
+        bootstrap_servers, topic, group_timeouts,
+        **{"kafka.group.id": group, "startingOffsets": "earliest"}), str(tmp_path / "ck"), out)
+    produced = {p: 0 for p in range(4)}
+    stop = threading.Event()
+
+    def producer_loop():
+        while not stop.is_set():
+            produce_counts(bootstrap_servers, topic, {p: 2 for p in range(4)}, start=produced)
+            for p in produced:
+                produced[p] += 2
+            time.sleep(0.2)
+
+    feeder = threading.Thread(target=producer_loop, daemon=True)
+    plain = None
+    try:
+        wait_until(lambda: describe_group(bootstrap_servers, group)[0] == "Stable", 60,
+                   "the query to join")
+        feeder.start()
+        time.sleep(2)
+        plain = PlainConsumer(bootstrap_servers, topic, group, group_timeouts,
+                              RangePartitionAssignor)
+        wait_until(lambda: len(plain.assignment()) == 2, 90, "the join rebalance")
+        wait_until(lambda: len(plain.rows) > 0, 60, "the plain consumer to read")
+        plain.close()   # leaves the group: the query takes all partitions back
+        time.sleep(2)
+        stop.set()
+        feeder.join(30)
+        total = sum(produced.values())
+
+        def everything_read():
+            seen = {(p, o) for p, o, _ in sink_rows(spark, out) + plain.rows}
+            return len(seen) == total
+
+        wait_until(everything_read, 120, f"all {total} records read by query or consumer")
+        rows = sink_rows(spark, out) + plain.rows
+        assert {(p, o) for p, o, _ in rows} == {(p, o) for p, n in produced.items()
+                                                for o in range(n)}
+        assert all(v == f"p{p}-{o}" for p, o, v in rows)
+        state, members = describe_group(bootstrap_servers, group)
+        assert len(members) == 1, (state, members)
+        if all(members.values()):  # brokers other than the embedded one describe assignments
+            assert sorted(p for _, p in next(iter(members.values()))) == [0, 1, 2, 3]
+        # Only the query is left in the group: these commits are its own, for all partitions.
+        wait_until(lambda: committed(bootstrap_servers, group, topic) == produced, 30,
+                   "the query's commits after taking everything back")
+    finally:
+        stop.set()
+        query.stop()
+        if plain is not None and plain._thread.is_alive():
+            plain.close()
+
+
+def test_idle_stream_keeps_membership_and_commits(spark, bootstrap_servers, group_timeouts,
+                                                  tmp_path):
+    topic = unique_topic_name("idle")
+    create_topic(bootstrap_servers, topic, partitions=2)
+    group = unique_topic_name("g-idle")
+    out = str(tmp_path / "out")
+    query = start_stream(spark, stream_options(
+        bootstrap_servers, topic, group_timeouts,
+        **{"kafka.group.id": group, "startingOffsets": "earliest"}), str(tmp_path / "ck"), out,
+        trigger="1 second")
+    try:
+        produce_counts(bootstrap_servers, topic, {0: 7, 1: 5})
+        # Spark calls commit() only when it plans another batch; the source commits anyway.
+        wait_until(lambda: committed(bootstrap_servers, group, topic) == {0: 7, 1: 5}, 60,
+                   "the committed offsets to reach the end while the stream is idle")
+        _, before = describe_group(bootstrap_servers, group)
+        time.sleep(3 * group_timeouts[0] / 1000)   # idle for three session timeouts
+        state, after = describe_group(bootstrap_servers, group)
+        assert state == "Stable" and list(after) == list(before) and len(after) == 1
+        produce_counts(bootstrap_servers, topic, {0: 1}, start={0: 7})
+        wait_until(lambda: len(sink_rows(spark, out)) == 13, 60, "the record sent after idling")
+        assert query.exception() is None
+    finally:
+        query.stop()
+
+
+def test_stream_option_errors_name_the_option(spark, bootstrap_servers, tmp_path):
+    opts = {"kafka.bootstrap.servers": bootstrap_servers, "subscribe": "whatever",
+            "endingOffsets": "latest"}
+    with pytest.raises(Exception, match="endingOffsets"):
+        query = (load_stream(spark, opts).writeStream.format("noop")
+                 .option("checkpointLocation", str(tmp_path / "ck")).start())
+        query.awaitTermination(60)
+        raise AssertionError(f"query did not fail: {query.exception()}")
+
+
+def test_subscribe_pattern_picks_up_a_new_topic_mid_stream(spark, bootstrap_servers,
+                                                           group_timeouts, tmp_path):
+    prefix = unique_topic_name("pat")
+    first, second = f"{prefix}-a", f"{prefix}-b"
+    create_topic(bootstrap_servers, first, partitions=1)
+    group = unique_topic_name("g-pat")
+    out = str(tmp_path / "out")
+    options = stream_options(bootstrap_servers, first, group_timeouts,
+                             **{"kafka.group.id": group, "startingOffsets": "earliest"})
+    del options["subscribe"]
+    options["subscribePattern"] = f"{prefix}-.*"
+    query = (load_stream(spark, options).selectExpr("topic", "CAST(value AS STRING) AS value")
+             .writeStream.format("parquet").option("path", out)
+             .option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(processingTime="300 milliseconds").start())
+
+    def read():
+        try:
+            return sorted((r.topic, r.value) for r in spark.read.parquet(out).collect())
+        except Exception:
+            return []
+
+    try:
+        produce_counts(bootstrap_servers, first, {0: 3})
+        wait_until(lambda: len(read()) == 3, 60, "the first topic's records")
+        # A topic created later that matches the pattern: seen at a trigger, group rejoined,
+        # read from its start (it is a new partition).
+        create_topic(bootstrap_servers, second, partitions=1)
+        produce_counts(bootstrap_servers, second, {0: 4})
+        wait_until(lambda: len(read()) == 7, 90, "the new topic's records")
+        assert read() == sorted([(first, f"p0-{i}") for i in range(3)]
+                                + [(second, f"p0-{i}") for i in range(4)])
+        wait_until(lambda: committed(bootstrap_servers, group, second) == {0: 4}, 30,
+                   "the commit for the new topic")
+    finally:
+        query.stop()

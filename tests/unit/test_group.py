@@ -1,0 +1,935 @@
+"""GroupMember (kafka_source.group) against an in-process fake group coordinator.
+
+The fake (tests/unit/fake_coordinator.py) keeps Kafka's classic group state machine, so most
+scenarios here are driven the way they happen on a broker (another member joins, a member is
+dropped, the coordinator moves); scripted errors cover the rest. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import kafka.errors as Errors
+import pytest
+
+from kafka_source.assignors import (Assignment, PartitionAssignor, RangeAssignor,
+                                    RoundRobinAssignor, Subscription)
+from kafka_source.client import RetriableBrokerError
+from kafka_source.errors import KafkaSourceError, OptionError
+from kafka_source.group import GroupMember
+from kafka_source.options import GroupOptions
+
+from .fake_coordinator import (COMPLETING_REBALANCE, COORDINATOR_LOAD_IN_PROGRESS,
+                               COORDINATOR_NOT_AVAILABLE, EMPTY, FIND_COORDINATOR,
+                               GROUP_AUTHORIZATION_FAILED, HEARTBEAT, ILLEGAL_GENERATION,
+                               INCONSISTENT_GROUP_PROTOCOL, JOIN, LEAVE, METADATA, NONE,
+                               NOT_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH,
+                               PREPARING_REBALANCE, REBALANCE_IN_PROGRESS, STABLE, SYNC,
+                               UNKNOWN_MEMBER_ID, UNKNOWN_TOPIC_OR_PARTITION, Background,
+                               FakeCoordinator, RawMember)
+
+GROUP = "test-group"
+TOPICS = {"t0": 3, "t1": 3, "t2": 2}
+
+
+def opts(**changes) -> GroupOptions:
+    base = GroupOptions(group_id=GROUP, group_id_given=True, assignor="range",
+                        commit_offsets=True, session_timeout_ms=10_000, heartbeat_interval_ms=20,
+                        rebalance_timeout_ms=2_000, auto_offset_reset="latest")
+    return dataclasses.replace(base, **changes)
+
+
+def wait_until(condition, timeout: float = 3.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.002)
+
+
+def tps(spec: str) -> tuple:
+    """tps("t0p0 t1p2") -> (("t0", 0), ("t1", 2))"""
+    out = []
+    for item in spec.split():
+        topic, partition = item.rsplit("p", 1)
+        out.append((topic, int(partition)))
+    return tuple(out)
+
+
+def _counter():
+    n = iter(range(1, 1_000_000))
+    return lambda client_id: f"{client_id}-{next(n)}"
+
+
+@pytest.fixture
+def fake():
+    coordinator = FakeCoordinator(TOPICS, member_id_factory=_counter())
+    yield coordinator
+    coordinator.shutdown()
+
+
+@pytest.fixture
+def make_member(request):
+    """make_member(fake, client_id, ...) -> a GroupMember on its own fake connection; its
+    heartbeat thread is stopped (and joined) after the test."""
+    made: list[GroupMember] = []
+
+    def make(fake, client_id="C0", *, assignor: PartitionAssignor | None = None, manual=(),
+             request_timeout_ms=2_000, **option_changes) -> GroupMember:
+        member = GroupMember(fake.client(client_id),
+                             lambda: fake.client(f"{client_id}-heartbeat"),
+                             opts(**option_changes), assignor or RangeAssignor(),
+                             manual_assignment=manual, request_timeout_ms=request_timeout_ms,
+                             retry_backoff_ms=1)
+        made.append(member)
+        return member
+
+    yield make
+    for member in made:
+        thread = member._heartbeat
+        member._stop_heartbeat()
+        if thread is not None:
+            thread.join(2)
+
+
+def heartbeats(fake, member: GroupMember) -> int:
+    return fake.count(HEARTBEAT, member_id=member.generation.member_id)
+
+
+def heartbeat_alive(member: GroupMember) -> bool:
+    return member._heartbeat is not None and member._heartbeat.is_alive()
+
+
+def wait_rebalance_noticed(member: GroupMember) -> None:
+    wait_until(lambda: member.rejoin_reason() is not None, what="the heartbeat to notice")
+
+
+def form_group(fake, make_member, topics=("t0",), **option_changes):
+    """Two GroupMembers, C0 (leader) and C1 (follower), both stable in generation 2."""
+    x = make_member(fake, "C0", **option_changes)
+    y = make_member(fake, "C1", **option_changes)
+    x.ensure_active(topics)
+    joining = Background(y.ensure_active, topics, name="C1-join")
+    assert fake.wait_for(lambda: any(m.startswith("C1") for m in fake.awaiting_join(GROUP)))
+    wait_rebalance_noticed(x)
+    x.ensure_active(topics)
+    joining.result(5)
+    assert x.generation.generation_id == y.generation.generation_id == 2
+    return x, y
+
+
+# ------------------------------------------------------------------------------------------
+# Joining
+# ------------------------------------------------------------------------------------------
+
+def test_single_member_gets_every_partition_of_its_topics(fake, make_member):
+    member = make_member(fake, "C0")
+    assigned = member.ensure_active(["t1", "t0"], {"t0": 3, "t1": 3})
+
+    assert assigned == tps("t0p0 t0p1 t0p2 t1p0 t1p1 t1p2")
+    join, = fake.sent(JOIN)
+    assert join.group_id == GROUP
+    assert join.protocol_type == "consumer"
+    assert join.member_id == ""
+    assert join.session_timeout_ms == 10_000 and join.rebalance_timeout_ms == 2_000
+    (protocol,) = join.protocols
+    assert protocol.name == "range"
+    assert Subscription.decode(bytes(protocol.metadata)).topics == ("t0", "t1")
+
+    generation = member.generation
+    group = fake.group(GROUP)
+    assert generation.generation_id == group.generation == 1
+    assert generation.member_id == group.leader and generation.protocol == "range"
+    assert member.stable and member.rejoin_reason() is None
+    assert member.assignment == assigned
+    sync, = fake.sent(SYNC)
+    assert (sync.generation_id, sync.member_id) == (1, generation.member_id)
+    assert sync.protocol_type == "consumer" and sync.protocol_name == "range"
+    assert [a.member_id for a in sync.assignments] == [generation.member_id]
+    assert group.state == STABLE
+    assert group.assignment_of(generation.member_id).partitions == assigned
+    # the leader looked up the partition counts itself
+    assert ("C0", ("t0", "t1")) in fake.metadata_calls
+
+
+def test_member_id_required_rejoins_with_the_assigned_id(make_member):
+    fake = FakeCoordinator(TOPICS, require_member_id=True, member_id_factory=_counter())
+    try:
+        member = make_member(fake, "C0")
+        assert member.ensure_active(["t2"]) == tps("t2p0 t2p1")
+        first, second = fake.sent(JOIN)
+        assert first.member_id == ""
+        assert second.member_id == "C0-1" == member.generation.member_id
+        assert fake.members(GROUP) == ["C0-1"] and not fake.group(GROUP).pending
+    finally:
+        fake.shutdown()
+
+
+def test_roundrobin_member_offers_roundrobin(fake, make_member):
+    member = make_member(fake, "C0", assignor=RoundRobinAssignor())
+    assert member.ensure_active(["t2"]) == tps("t2p0 t2p1")
+    assert [p.name for p in fake.sent(JOIN)[0].protocols] == ["roundrobin"]
+    assert member.generation.protocol == "roundrobin"
+
+
+@pytest.mark.parametrize("assignor, partition_counts, subscriptions, expected", [
+    # Kafka's RangeAssignor example (C0, C1 on t0 and t1 with 3 partitions each), plus a
+    # topic only the foreign member subscribes to
+    pytest.param(RangeAssignor, {"t0": 3, "t1": 3, "t2": 2},
+                 {"C0": "t0 t1", "C1": "t0 t1", "C2": "t2"},
+                 {"C0": "t0p0 t0p1 t1p0 t1p1", "C1": "t0p2 t1p2", "C2": "t2p0 t2p1"},
+                 id="range"),
+    # Kafka's RoundRobinAssignor example with unequal subscriptions
+    pytest.param(RoundRobinAssignor, {"t0": 1, "t1": 2, "t2": 3},
+                 {"C0": "t0", "C1": "t0 t1", "C2": "t0 t1 t2"},
+                 {"C0": "t0p0", "C1": "t1p0", "C2": "t1p1 t2p0 t2p1 t2p2"},
+                 id="roundrobin"),
+])
+def test_leader_assigns_for_every_member_including_a_foreign_one(
+        make_member, assignor, partition_counts, subscriptions, expected):
+    fake = FakeCoordinator(partition_counts, member_id_factory=lambda client_id: client_id)
+    try:
+        topics = {m: s.split() for m, s in subscriptions.items()}
+        x = make_member(fake, "C0", assignor=assignor())
+        y = make_member(fake, "C1", assignor=assignor())
+        foreign = RawMember(fake, GROUP, [(assignor.name, Subscription(topics["C2"]).encode())],
+                            client_id="C2")
+
+        x.ensure_active(topics["C0"])   # generation 1: C0 alone, so C0 leads
+        y_joining = Background(y.ensure_active, topics["C1"], name="C1-join")
+        assert fake.wait_for(lambda: "C1" in fake.awaiting_join(GROUP))
+        foreign_joining = Background(foreign.join, name="C2-join")
+        assert fake.wait_for(lambda: "C2" in fake.awaiting_join(GROUP))
+        wait_rebalance_noticed(x)
+        x_assigned = x.ensure_active(topics["C0"])
+
+        joined = foreign_joining.result(5)
+        assert (joined.error_code, joined.generation_id, joined.leader) == (NONE, 2, "C0")
+        assert joined.protocol_name == assignor.name and joined.members == []
+        synced = foreign.sync()
+        assert synced.error_code == NONE
+        y_assigned = y_joining.result(5)
+
+        assert x_assigned == tps(expected["C0"])
+        assert y_assigned == tps(expected["C1"])
+        assert Assignment.decode(bytes(synced.assignment)).partitions == tps(expected["C2"])
+        # the leader fetched metadata for every topic of the group, t2 included
+        assert ("C0", ("t0", "t1", "t2")) in fake.metadata_calls
+        # the follower neither fetched metadata nor sent assignments
+        assert not [c for c in fake.metadata_calls if c[0] == "C1"]
+        assert all(s.assignments == [] for s in fake.sent(SYNC, client_id="C1"))
+        leader_sync = fake.sent(SYNC, client_id="C0")[-1]
+        assert sorted(a.member_id for a in leader_sync.assignments) == ["C0", "C1", "C2"]
+        assert fake.group(GROUP).generation == 2 and fake.state(GROUP) == STABLE
+        # C0 rejoined under its member id
+        assert fake.sent(JOIN, client_id="C0")[-1].member_id == "C0"
+    finally:
+        fake.shutdown()
+
+
+def test_group_whose_members_use_another_assignor_fails_naming_the_option(fake, make_member):
+    foreign = RawMember(fake, GROUP, [("roundrobin", Subscription(["t0"]).encode())])
+    foreign.join()
+    foreign.sync({foreign.member_id: Assignment(tps("t0p0 t0p1 t0p2")).encode()})
+    member = make_member(fake, "C0")   # offers only "range"
+
+    with pytest.raises(KafkaSourceError) as info:
+        member.ensure_active(["t0"])
+    message = str(info.value)
+    assert "'assignor'" in message and GROUP in message and "range" in message
+    assert len(fake.sent(JOIN, client_id="C0")) == 1   # not retried
+    assert fake.members(GROUP) == [foreign.member_id]
+
+
+# ------------------------------------------------------------------------------------------
+# JoinGroup / SyncGroup errors
+# ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", [JOIN, SYNC])
+@pytest.mark.parametrize("error, member_id_kept, rediscovers", [
+    pytest.param(UNKNOWN_MEMBER_ID, False, False, id="unknown-member"),
+    pytest.param(ILLEGAL_GENERATION, True, False, id="illegal-generation"),
+    pytest.param(REBALANCE_IN_PROGRESS, True, False, id="rebalance-in-progress"),
+    pytest.param(NOT_COORDINATOR, True, True, id="not-coordinator"),
+    pytest.param(COORDINATOR_NOT_AVAILABLE, True, True, id="coordinator-not-available"),
+    pytest.param(COORDINATOR_LOAD_IN_PROGRESS, True, False, id="coordinator-loading"),
+])
+def test_retriable_join_and_sync_errors_are_retried(fake, make_member, kind, error,
+                                                    member_id_kept, rediscovers):
+    # a short rebalance timeout: a member id given up leaves the group quickly
+    member = make_member(fake, "C0", rebalance_timeout_ms=200)
+    member.ensure_active(["t0"])
+    member_id = member.generation.member_id
+    finds = len(fake.find_coordinator_calls)
+    fake.script(kind, error)
+
+    assert member.ensure_active(["t0", "t1"]) == tps("t0p0 t0p1 t0p2 t1p0 t1p1 t1p2")
+
+    joins = fake.sent(JOIN, client_id="C0")
+    assert len(joins) == 3
+    assert joins[1].member_id == member_id
+    assert (joins[2].member_id == member_id) is member_id_kept
+    if not member_id_kept:
+        assert joins[2].member_id == ""
+    planning_finds = [c for c in fake.find_coordinator_calls[finds:] if c[0] == "C0"]
+    assert bool(planning_finds) is rediscovers
+    assert member.stable and member.rejoin_reason() is None
+    assert fake.members(GROUP) == [member.generation.member_id]
+
+
+def test_network_failure_during_join_is_retried_after_rediscovery(fake, make_member):
+    member = make_member(fake, "C0")
+    fake.script(JOIN, RetriableBrokerError("connection reset"))
+    fake.script(FIND_COORDINATOR, RetriableBrokerError("no broker"))
+    assert member.ensure_active(["t2"]) == tps("t2p0 t2p1")
+    assert len(fake.sent(JOIN)) == 2
+    assert [c for c in fake.find_coordinator_calls if c[0] == "C0"] == [("C0", GROUP)] * 3
+
+
+def test_inconsistent_group_protocol_is_fatal(fake, make_member):
+    member = make_member(fake, "C0")
+    fake.script(JOIN, INCONSISTENT_GROUP_PROTOCOL)
+    with pytest.raises(KafkaSourceError) as info:
+        member.ensure_active(["t0"])
+    assert "'assignor'" in str(info.value) and GROUP in str(info.value)
+    assert len(fake.sent(JOIN)) == 1
+
+
+def test_session_timeout_the_broker_refuses_names_the_option(fake, make_member):
+    member = make_member(fake, "C0", session_timeout_ms=1_000)   # broker minimum: 6000
+    with pytest.raises(OptionError, match="kafka.session.timeout.ms"):
+        member.ensure_active(["t0"])
+    assert len(fake.sent(JOIN)) == 1
+
+
+@pytest.mark.parametrize("where", [JOIN, SYNC, FIND_COORDINATOR])
+def test_group_authorization_failure_names_the_group(fake, make_member, where):
+    member = make_member(fake, "C0")
+    fake.script(where, Errors.GroupAuthorizationFailedError if where == FIND_COORDINATOR
+                else GROUP_AUTHORIZATION_FAILED)
+    with pytest.raises(KafkaSourceError, match=GROUP) as info:
+        member.ensure_active(["t0"])
+    assert "authorized" in str(info.value)
+
+
+def test_unexpected_join_error_fails_with_its_name(fake, make_member):
+    member = make_member(fake, "C0")
+    fake.script(JOIN, Errors.GroupMaxSizeReachedError)
+    with pytest.raises(KafkaSourceError, match="GroupMaxSizeReachedError"):
+        member.ensure_active(["t0"])
+
+
+@pytest.mark.parametrize("failure", ["coordinator unavailable", "loading forever"])
+def test_join_that_cannot_succeed_gives_up_within_its_budget(fake, make_member, failure):
+    member = make_member(fake, "C0", session_timeout_ms=60, rebalance_timeout_ms=60,
+                         request_timeout_ms=60)   # budget: 180 ms
+    if failure == "coordinator unavailable":
+        fake.available = False
+    else:
+        fake.script(JOIN, *[COORDINATOR_LOAD_IN_PROGRESS] * 10_000)
+    start = time.monotonic()
+    with pytest.raises(KafkaSourceError, match=f"Could not join consumer group '{GROUP}'"):
+        member.ensure_active(["t0"])
+    assert time.monotonic() - start < 2.0
+    assert not member.stable
+
+
+def test_member_dropped_for_not_rejoining_in_time_rejoins_with_a_new_id(fake, make_member):
+    # C0 does not rejoin within its rebalance timeout (a long micro-batch): the coordinator
+    # drops it; its heartbeats then get UNKNOWN_MEMBER_ID and it joins again as a new member
+    a = make_member(fake, "C0", rebalance_timeout_ms=150)
+    a.ensure_active(["t0"])
+    old_id = a.generation.member_id
+    b = RawMember(fake, GROUP, [("range", Subscription(["t0"]).encode())],
+                  rebalance_timeout_ms=150)
+    response = b.join()
+    assert response.error_code == NONE and response.leader == b.member_id
+    assert fake.members(GROUP) == [b.member_id]
+    b.sync({b.member_id: Assignment(tps("t0p0 t0p1 t0p2")).encode()})
+    wait_until(lambda: a.generation.member_id == "", what="UNKNOWN_MEMBER_ID from heartbeat")
+    assert a.rejoin_reason() is not None
+
+    joining = Background(a.ensure_active, ["t0"])
+    assert fake.wait_for(lambda: fake.state(GROUP) == PREPARING_REBALANCE)
+    b.join()    # b rejoins, as its heartbeat would tell it to
+    assert b.join_response.error_code == NONE
+    assert b.join_response.leader == b.member_id   # b led the previous generation
+    members = {m.member_id: Subscription.decode(bytes(m.metadata)) for m in b.join_response.members}
+    result = RangeAssignor().assign({"t0": 3}, members)
+    b.sync({m: Assignment(ps).encode() for m, ps in result.items()})
+    assigned = joining.result(5)
+    assert a.generation.member_id not in ("", old_id)
+    assert assigned == tuple(result[a.generation.member_id])
+
+
+# ------------------------------------------------------------------------------------------
+# The heartbeat thread
+# ------------------------------------------------------------------------------------------
+
+def test_heartbeats_flow_while_stable_on_their_own_connection(fake, make_member):
+    member = make_member(fake, "C0")
+    member.ensure_active(["t0"])
+    start = time.monotonic()
+    wait_until(lambda: heartbeats(fake, member) >= 5, what="5 heartbeats")
+    elapsed = time.monotonic() - start
+    records = fake.records(HEARTBEAT)
+    assert all(r.client_id == "C0-heartbeat" for r in records)
+    assert all((r.request.generation_id, r.request.member_id)
+               == (1, member.generation.member_id) for r in records)
+    assert all(r.thread.startswith("pykafka-heartbeat") for r in records)
+    assert elapsed >= 4 * 0.020 * 0.9   # one per heartbeat interval, not a busy loop
+    assert member.rejoin_reason() is None and member.stable
+    time.sleep(0.1)
+    assert heartbeats(fake, member) <= (time.monotonic() - start) / 0.020 + 3
+
+
+def test_heartbeats_keep_the_session_alive(make_member):
+    fake = FakeCoordinator(TOPICS, min_session_timeout_ms=10, auto_expire=True)
+    try:
+        member = make_member(fake, "C0", session_timeout_ms=150)
+        member.ensure_active(["t0"])
+        time.sleep(0.45)   # three session timeouts
+        assert fake.expire_sessions() == []
+        assert fake.members(GROUP) == [member.generation.member_id]
+        assert member.stable and member.rejoin_reason() is None
+    finally:
+        fake.shutdown()
+
+
+def test_heartbeat_sees_rebalance_requests_rejoin_and_keeps_beating(fake, make_member):
+    member = make_member(fake, "C0")
+    member.ensure_active(["t0"])
+    other = RawMember(fake, GROUP, [("range", Subscription(["t0"]).encode())])
+    joining = Background(other.join)
+    wait_rebalance_noticed(member)
+    assert fake.state(GROUP) == PREPARING_REBALANCE
+    seen = heartbeats(fake, member)
+    # the heartbeat goes on (keeping the session) until the planning thread rejoins
+    wait_until(lambda: heartbeats(fake, member) >= seen + 3, what="more heartbeats")
+    assert member.generation.generation_id == 1 and member.stable
+    assert not joining.done()
+
+    assert member.ensure_active(["t0"]) == tps("t0p0 t0p1")
+    assert joining.result(5).generation_id == 2
+    assert other.sync().error_code == NONE
+    assert member.generation.generation_id == 2 and member.rejoin_reason() is None
+    wait_until(lambda: fake.count(HEARTBEAT, generation_id=2) >= 2, what="heartbeats of gen 2")
+
+
+def test_heartbeat_illegal_generation_resets_generation_but_keeps_member_id(fake, make_member):
+    member = make_member(fake, "C0")
+    member.ensure_active(["t0"])
+    member_id = member.generation.member_id
+    fake.script(HEARTBEAT, ILLEGAL_GENERATION)
+    wait_until(lambda: member.generation.generation_id == -1, what="the generation reset")
+    assert member.generation.member_id == member_id
+    assert not member.stable and member.rejoin_reason() is not None
+    # no heartbeats without a generation
+    count = len(fake.sent(HEARTBEAT))
+    time.sleep(0.1)
+    assert len(fake.sent(HEARTBEAT)) <= count + 1
+
+    assert member.ensure_active(["t0"]) == tps("t0p0 t0p1 t0p2")
+    assert fake.sent(JOIN)[-1].member_id == member_id
+    assert member.generation.generation_id == 2
+    wait_until(lambda: fake.count(HEARTBEAT, generation_id=2) >= 1, what="heartbeats resume")
+
+
+def test_heartbeat_unknown_member_id_resets_member_id(fake, make_member):
+    member = make_member(fake, "C0")
+    member.ensure_active(["t0"])
+    old_id = member.generation.member_id
+    fake.remove_member(GROUP, old_id)   # e.g. its session expired while the driver stalled
+    wait_until(lambda: member.generation.member_id == "", what="the member id reset")
+    assert member.generation.generation_id == -1
+    assert not member.stable and member.rejoin_reason() is not None
+
+    assert member.ensure_active(["t0"]) == tps("t0p0 t0p1 t0p2")
+    assert fake.sent(JOIN)[-1].member_id == ""
+    assert member.generation.member_id not in ("", old_id)
+    assert fake.members(GROUP) == [member.generation.member_id]
+
+
+def test_heartbeat_follows_the_coordinator_when_it_moves(fake, make_member):
+    member = make_member(fake, "C0")
+    member.ensure_active(["t0"])
+    wait_until(lambda: heartbeats(fake, member) >= 1)
+    fake.move_coordinator(2)
+    wait_until(lambda: any(r.node == "coordinator-2" for r in fake.records(HEARTBEAT)),
+               what="heartbeats to the new coordinator")
+    hb_finds = [c for c in fake.find_coordinator_calls if c[0] == "C0-heartbeat"]
+    assert len(hb_finds) == 2
+    assert member.stable and member.rejoin_reason() is None
+    assert member.generation.generation_id == 1
+    count = heartbeats(fake, member)
+    wait_until(lambda: heartbeats(fake, member) >= count + 2)
+
+
+@pytest.mark.parametrize("error", [NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE],
+                         ids=["not-coordinator", "coordinator-not-available"])
+def test_heartbeat_rediscovers_the_coordinator(fake, make_member, error):
+    member = make_member(fake, "C0")
+    member.ensure_active(["t0"])
+    wait_until(lambda: heartbeats(fake, member) >= 1)
+    fake.script(HEARTBEAT, error)
+    wait_until(lambda: len([c for c in fake.find_coordinator_calls
+                            if c[0] == "C0-heartbeat"]) == 2, what="rediscovery")
+    count = heartbeats(fake, member)
+    wait_until(lambda: heartbeats(fake, member) >= count + 2, what="heartbeats to continue")
+    assert member.stable and member.rejoin_reason() is None
+
+
+def test_heartbeat_thread_survives_network_errors(fake, make_member):
+    member = make_member(fake, "C0")
+    member.ensure_active(["t0"])
+    wait_until(lambda: heartbeats(fake, member) >= 1)
+    fake.script(HEARTBEAT, RetriableBrokerError("connection reset"),
+                RetriableBrokerError("timed out"), RuntimeError("unexpected"))
+    fake.script(FIND_COORDINATOR, RetriableBrokerError("no broker answers"))
+    wait_until(lambda: fake.pending_scripts() == 0, what="the scripted failures")
+    count = heartbeats(fake, member)
+    wait_until(lambda: heartbeats(fake, member) >= count + 3, what="heartbeats to continue")
+    assert heartbeat_alive(member)
+    assert member.stable and member.rejoin_reason() is None
+
+
+def test_fatal_heartbeat_error_fails_the_next_ensure_active(fake, make_member):
+    member = make_member(fake, "C0")
+    member.ensure_active(["t0"])
+    fake.script(HEARTBEAT, GROUP_AUTHORIZATION_FAILED)
+    wait_until(lambda: fake.pending_scripts() == 0)
+    wait_until(lambda: member._fatal is not None)
+    with pytest.raises(KafkaSourceError, match=GROUP):
+        member.ensure_active(["t0"])
+
+
+# ------------------------------------------------------------------------------------------
+# ensure_active: when to rejoin
+# ------------------------------------------------------------------------------------------
+
+def test_no_rejoin_while_nothing_changes(fake, make_member):
+    member = make_member(fake, "C0")
+    first = member.ensure_active(["t0"], {"t0": 3})
+    for _ in range(3):
+        assert member.ensure_active(["t0"], {"t0": 3}) == first
+    assert len(fake.sent(JOIN)) == 1
+
+
+def test_rejoin_when_the_topic_set_changes(fake, make_member):
+    member = make_member(fake, "C0")
+    member.ensure_active(["t0"])
+    assert member.ensure_active(["t0", "t2"]) == tps("t0p0 t0p1 t0p2 t2p0 t2p1")
+    joins = fake.sent(JOIN)
+    assert len(joins) == 2
+    assert Subscription.decode(bytes(joins[1].protocols[0].metadata)).topics == ("t0", "t2")
+    assert member.ensure_active(["t2"]) == tps("t2p0 t2p1")
+    assert len(fake.sent(JOIN)) == 3
+
+
+def test_leader_rejoins_when_a_partition_count_changes(fake, make_member):
+    member = make_member(fake, "C0")
+    member.ensure_active(["t0"], {"t0": 3})
+    fake.topics["t0"] = 5
+    assert member.ensure_active(["t0"], {"t0": 5}) == tps("t0p0 t0p1 t0p2 t0p3 t0p4")
+    assert len(fake.sent(JOIN)) == 2
+    member.ensure_active(["t0"], {"t0": 5})
+    assert len(fake.sent(JOIN)) == 2
+
+
+def test_leader_rejoins_when_a_topic_missing_at_assignment_appears(fake, make_member):
+    # the leader's metadata did not show t0 when it assigned (e.g. leader not yet elected),
+    # so nobody got t0; once the metadata shows it, the leader must rebalance
+    member = make_member(fake, "C0")
+    fake.script(METADATA, Errors.LeaderNotAvailableError)
+    assert member.ensure_active(["t0"], {"t0": 3}) == ()
+    assert member.ensure_active(["t0"], {"t0": 3}) == tps("t0p0 t0p1 t0p2")
+    assert len(fake.sent(JOIN)) == 2
+
+
+def test_follower_does_not_rejoin_for_partition_counts(fake, make_member):
+    x, y = form_group(fake, make_member, ("t0",))
+    joins = len(fake.sent(JOIN))
+    fake.topics["t0"] = 6
+    assert y.ensure_active(["t0"], {"t0": 6}) == tps("t0p2")
+    assert len(fake.sent(JOIN)) == joins
+    # the leader notices and rebalances; the follower follows via its heartbeat
+    leader_joining = Background(x.ensure_active, ["t0"], {"t0": 6})
+    wait_rebalance_noticed(y)
+    assert y.ensure_active(["t0"], {"t0": 6}) == tps("t0p3 t0p4 t0p5")
+    assert leader_joining.result(5) == tps("t0p0 t0p1 t0p2")
+
+
+# ------------------------------------------------------------------------------------------
+# commit()
+# ------------------------------------------------------------------------------------------
+
+def test_commit_in_the_current_generation(fake, make_member):
+    member = make_member(fake, "C0")
+    member.ensure_active(["t0", "t1"])
+    assert member.commit({("t0", 0): 10, ("t1", 2): 7, ("t0", 1): 0})
+    assert fake.group(GROUP).offsets == {("t0", 0): 10, ("t0", 1): 0, ("t1", 2): 7}
+    request, = fake.sent(OFFSET_COMMIT)
+    assert request.generation_id_or_member_epoch == 1
+    assert request.member_id == member.generation.member_id
+    assert member.commit({}) is True
+    assert len(fake.sent(OFFSET_COMMIT)) == 1
+
+
+def test_commit_before_joining_sends_nothing(fake, make_member):
+    member = make_member(fake, "C0")
+    assert member.commit({("t0", 0): 1}) is False
+    assert fake.sent(OFFSET_COMMIT) == []
+
+
+def test_commit_with_a_stale_generation_is_refused_and_rejoins(fake, make_member):
+    # no heartbeats here: the commit itself must find out about the new generation
+    member = make_member(fake, "C0", heartbeat_interval_ms=60_000)
+    member.ensure_active(["t0"])
+    member_id = member.generation.member_id
+    other = RawMember(fake, GROUP, [("range", Subscription(["t0"]).encode())])
+    other_joining = Background(other.join)
+    assert fake.wait_for(lambda: fake.state(GROUP) == PREPARING_REBALANCE)
+    # C0's own JoinGroup reaches the coordinator, but its answer is lost
+    ghost = RawMember(fake, GROUP, [(p.name, bytes(p.metadata))
+                                    for p in fake.sent(JOIN)[-1].protocols])
+    ghost.member_id = member_id
+    assert ghost.join().generation_id == 2
+    assert other_joining.result(5).generation_id == 2
+
+    assert member.commit({("t0", 0): 5}) is False
+    assert fake.sent(OFFSET_COMMIT)[-1].generation_id_or_member_epoch == 1
+    assert fake.group(GROUP).offsets == {}
+    assert member.generation.generation_id == -1
+    assert member.generation.member_id == member_id
+    assert member.rejoin_reason() is not None
+
+    assert member.ensure_active(["t0"]) == tps("t0p0 t0p1")   # C0 sorts before raw-*
+    assert member.generation.generation_id == 2
+    assert other.sync().error_code == NONE
+
+
+def test_commit_during_completing_rebalance_is_refused_and_requests_rejoin(fake, make_member):
+    member = make_member(fake, "C0", heartbeat_interval_ms=60_000)
+    member.ensure_active(["t0"])
+    generation = member.generation
+    fake.script(OFFSET_COMMIT, REBALANCE_IN_PROGRESS)
+    assert member.commit({("t0", 0): 5}) is False
+    assert member.rejoin_reason() is not None
+    assert member.generation == generation   # nothing is reset: only a rejoin is due
+    assert fake.group(GROUP).offsets == {}
+    member.ensure_active(["t0"])
+    assert len(fake.sent(JOIN)) == 2 and member.rejoin_reason() is None
+
+
+def test_commit_unknown_member_resets_member_id(fake, make_member):
+    member = make_member(fake, "C0", heartbeat_interval_ms=60_000)
+    member.ensure_active(["t0"])
+    fake.script(OFFSET_COMMIT, UNKNOWN_MEMBER_ID)
+    assert member.commit({("t0", 0): 5}) is False
+    assert member.generation.member_id == "" and member.rejoin_reason() is not None
+
+
+def test_commit_follows_a_moved_coordinator(fake, make_member):
+    member = make_member(fake, "C0", heartbeat_interval_ms=60_000)
+    member.ensure_active(["t0"])
+    fake.move_coordinator(7)
+    assert member.commit({("t0", 1): 3}) is True
+    first, second = fake.records(OFFSET_COMMIT)
+    assert (first.node, second.node) == ("coordinator-1", "coordinator-7")
+    assert [c for c in fake.find_coordinator_calls if c[0] == "C0"] == [("C0", GROUP)] * 2
+    assert fake.group(GROUP).offsets == {("t0", 1): 3}
+
+
+@pytest.mark.parametrize("failure", [NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE,
+                                     COORDINATOR_LOAD_IN_PROGRESS,
+                                     RetriableBrokerError("connection reset")],
+                         ids=["not-coordinator", "not-available", "loading", "network"])
+def test_commit_retries_retriable_failures(fake, make_member, failure):
+    member = make_member(fake, "C0", heartbeat_interval_ms=60_000)
+    member.ensure_active(["t0"])
+    fake.script(OFFSET_COMMIT, failure)
+    assert member.commit({("t0", 2): 9}) is True
+    assert len(fake.sent(OFFSET_COMMIT)) == 2
+    assert fake.group(GROUP).offsets == {("t0", 2): 9}
+    assert member.rejoin_reason() is None
+
+
+def test_commit_gives_up_after_the_request_timeout(fake, make_member):
+    member = make_member(fake, "C0", heartbeat_interval_ms=60_000, request_timeout_ms=100)
+    member.ensure_active(["t0"])
+    fake.script(OFFSET_COMMIT, *[COORDINATOR_LOAD_IN_PROGRESS] * 10_000)
+    start = time.monotonic()
+    with pytest.raises(KafkaSourceError, match="kafka.request.timeout.ms"):
+        member.commit({("t0", 0): 1})
+    assert time.monotonic() - start < 2.0
+
+
+def test_manual_assignment_commits_outside_any_generation_and_never_joins(fake, make_member):
+    manual = [("t1", 1), ("t0", 2)]
+    member = make_member(fake, "C0", manual=manual)
+    assert member.ensure_active(["t0", "t1"], {"t0": 3, "t1": 3}) == (("t0", 2), ("t1", 1))
+    assert member.assignment == (("t0", 2), ("t1", 1))
+    assert member.rejoin_reason() is None
+    assert member.commit({("t0", 2): 11, ("t1", 1): 4}) is True
+    request, = fake.sent(OFFSET_COMMIT)
+    assert request.generation_id_or_member_epoch == -1 and request.member_id == ""
+    assert fake.group(GROUP).offsets == {("t0", 2): 11, ("t1", 1): 4}
+    assert member.committed(manual) == {("t0", 2): 11, ("t1", 1): 4}
+    member.leave()
+    assert [r.kind for r in fake.records()] == [OFFSET_COMMIT, OFFSET_FETCH]
+    assert member._heartbeat is None
+
+
+def test_manual_assignment_commit_refused_while_the_group_has_members(fake, make_member):
+    active = RawMember(fake, GROUP, [("range", Subscription(["t0"]).encode())])
+    active.join()
+    member = make_member(fake, "C0", manual=[("t0", 0)])
+    assert member.commit({("t0", 0): 1}) is False   # Kafka: UNKNOWN_MEMBER_ID
+    assert fake.group(GROUP).offsets == {}
+    assert member.rejoin_reason() is None
+
+
+# ------------------------------------------------------------------------------------------
+# committed()
+# ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("broker_version, expected_version", [(9, 8), (7, 7), (3, 3), (1, 1)])
+def test_committed_offsets(make_member, broker_version, expected_version):
+    fake = FakeCoordinator(TOPICS, api_versions={OFFSET_FETCH: broker_version})
+    try:
+        fake.commit_offsets(GROUP, {("t0", 0): 42, ("t1", 2): 7, ("t2", 0): 0, ("t2", 1): 5})
+        fake.fetch_partition_errors[("t2", 1)] = UNKNOWN_TOPIC_OR_PARTITION
+        member = make_member(fake, "C0")
+        result = member.committed([("t1", 2), ("t0", 0), ("t0", 1), ("t2", 0), ("t2", 1),
+                                   ("t0", 0)])
+        assert result == {("t0", 0): 42, ("t0", 1): None, ("t1", 2): 7, ("t2", 0): 0,
+                          ("t2", 1): None}
+        record, = fake.records(OFFSET_FETCH)
+        assert record.version == expected_version
+        if expected_version >= 8:
+            group, = record.request.groups
+            assert group.group_id == GROUP
+            asked = {t.name: list(t.partition_indexes) for t in group.topics}
+        else:
+            assert record.request.group_id == GROUP
+            asked = {t.name: list(t.partition_indexes) for t in record.request.topics}
+        assert asked == {"t0": [0, 1], "t1": [2], "t2": [0, 1]}
+        assert member.committed([]) == {}
+        assert len(fake.sent(OFFSET_FETCH)) == 1
+    finally:
+        fake.shutdown()
+
+
+@pytest.mark.parametrize("broker_version", [9, 5, 1])
+def test_committed_retries_coordinator_errors(make_member, broker_version):
+    fake = FakeCoordinator(TOPICS, api_versions={OFFSET_FETCH: broker_version})
+    try:
+        fake.commit_offsets(GROUP, {("t0", 1): 3})
+        member = make_member(fake, "C0")
+        fake.script(OFFSET_FETCH, COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR,
+                    RetriableBrokerError("connection reset"))
+        assert member.committed([("t0", 1)]) == {("t0", 1): 3}
+        assert len(fake.sent(OFFSET_FETCH)) == 4
+        assert len([c for c in fake.find_coordinator_calls if c[0] == "C0"]) == 3
+    finally:
+        fake.shutdown()
+
+
+@pytest.mark.parametrize("broker_version", [9, 5])
+def test_committed_group_authorization_failure_names_the_group(make_member, broker_version):
+    fake = FakeCoordinator(TOPICS, api_versions={OFFSET_FETCH: broker_version})
+    try:
+        member = make_member(fake, "C0")
+        fake.script(OFFSET_FETCH, GROUP_AUTHORIZATION_FAILED)
+        with pytest.raises(KafkaSourceError, match=GROUP):
+            member.committed([("t0", 0)])
+    finally:
+        fake.shutdown()
+
+
+def test_committed_partition_error_that_a_retry_cannot_fix_fails(fake, make_member):
+    member = make_member(fake, "C0")
+    fake.script(OFFSET_FETCH, {("t0", 0): Errors.UnsupportedForMessageFormatError.errno})
+    with pytest.raises(KafkaSourceError, match="OffsetFetch"):
+        member.committed([("t0", 0), ("t0", 1)])
+
+
+# ------------------------------------------------------------------------------------------
+# leave()
+# ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("broker_version", [5, 2])
+def test_leave_then_rejoin(make_member, broker_version):
+    fake = FakeCoordinator(TOPICS, api_versions={LEAVE: broker_version},
+                           member_id_factory=_counter())
+    try:
+        member = make_member(fake, "C0")
+        member.ensure_active(["t0"])
+        member_id = member.generation.member_id
+        wait_until(lambda: heartbeats(fake, member) >= 1)
+        thread = member._heartbeat
+
+        member.leave("test over")
+        leave, = fake.sent(LEAVE)
+        if broker_version >= 3:
+            assert [(m.member_id, m.reason) for m in leave.members] == [(member_id,
+                                                                         "test over")]
+        else:
+            assert leave.member_id == member_id
+        assert fake.members(GROUP) == [] and fake.state(GROUP) == EMPTY
+        thread.join(1)
+        assert not thread.is_alive()
+        count = len(fake.sent(HEARTBEAT))
+        time.sleep(0.08)
+        assert len(fake.sent(HEARTBEAT)) == count
+        assert member.generation.member_id == "" and member.assignment == ()
+        assert member.rejoin_reason() is not None and not member.stable
+
+        assert member.ensure_active(["t0"]) == tps("t0p0 t0p1 t0p2")
+        assert fake.sent(JOIN)[-1].member_id == ""
+        assert member.generation.member_id not in ("", member_id)
+        assert heartbeat_alive(member)
+    finally:
+        fake.shutdown()
+
+
+def test_leave_before_joining_sends_nothing(fake, make_member):
+    member = make_member(fake, "C0")
+    member.leave()
+    assert fake.requests == []
+
+
+def test_leaving_member_triggers_a_rebalance_for_the_others(fake, make_member):
+    x, y = form_group(fake, make_member, ("t0",))
+    assert x.assignment == tps("t0p0 t0p1") and y.assignment == tps("t0p2")
+    y.leave()
+    wait_rebalance_noticed(x)
+    assert x.ensure_active(["t0"]) == tps("t0p0 t0p1 t0p2")
+    assert fake.members(GROUP) == [x.generation.member_id]
+
+
+# ------------------------------------------------------------------------------------------
+# The rebalance-listener contract
+# ------------------------------------------------------------------------------------------
+
+def test_owner_commits_during_the_rebalance_then_gives_partitions_up(make_member):
+    fake = FakeCoordinator({"t": 4}, member_id_factory=lambda client_id: client_id)
+    try:
+        a = make_member(fake, "A")
+        b = make_member(fake, "B")
+        assert a.ensure_active(["t"]) == tps("tp0 tp1 tp2 tp3")
+
+        b_joining = Background(b.ensure_active, ["t"], name="B-join")
+        wait_rebalance_noticed(a)          # A's heartbeat: REBALANCE_IN_PROGRESS
+        assert fake.state(GROUP) == PREPARING_REBALANCE
+        # A commits what its last batches processed, in the generation it still has
+        assert a.generation.generation_id == 1
+        assert a.commit({("t", 0): 100, ("t", 1): 101, ("t", 2): 102, ("t", 3): 103}) is True
+        assert fake.group(GROUP).offsets[("t", 3)] == 103
+        assert not b_joining.done()
+
+        assert a.ensure_active(["t"]) == tps("tp0 tp1")
+        assert b_joining.result(5) == tps("tp2 tp3")
+        assert a.generation.generation_id == b.generation.generation_id == 2
+        # B starts from what A committed
+        assert b.committed(b.assignment) == {("t", 2): 102, ("t", 3): 103}
+        assert fake.state(GROUP) == STABLE
+    finally:
+        fake.shutdown()
+
+
+# ------------------------------------------------------------------------------------------
+# The fake coordinator itself (its answers are what the tests above rely on)
+# ------------------------------------------------------------------------------------------
+
+def _raw(fake, topics=("t0",), **kw):
+    return RawMember(fake, GROUP, [("range", Subscription(list(topics)).encode())], **kw)
+
+
+def test_fake_offset_commit_validation_follows_kafka(fake):
+    def commit(member_id, generation):
+        from kafka.protocol.consumer import OffsetCommitRequest
+        T = OffsetCommitRequest.OffsetCommitRequestTopic
+        request = OffsetCommitRequest(
+            group_id=GROUP, generation_id_or_member_epoch=generation, member_id=member_id,
+            group_instance_id=None, retention_time_ms=-1,
+            topics=[T(name="t0", partitions=[T.OffsetCommitRequestPartition(
+                partition_index=0, committed_offset=1, committed_leader_epoch=-1,
+                commit_timestamp=-1, committed_metadata="")])], max_version=8)
+        response = fake.client("admin").send(fake.coordinator_node, request)
+        return response.topics[0].partitions[0].error_code
+
+    assert commit("", -1) == NONE             # no members: a "simple" group
+    a = _raw(fake)
+    a.join()
+    assert fake.state(GROUP) == COMPLETING_REBALANCE
+    assert commit("", -1) == UNKNOWN_MEMBER_ID
+    assert commit(a.member_id, 1) == REBALANCE_IN_PROGRESS
+    assert commit(a.member_id, 0) == ILLEGAL_GENERATION
+    assert commit("nobody", 1) == UNKNOWN_MEMBER_ID
+    a.sync({a.member_id: b""})
+    assert commit(a.member_id, 1) == NONE
+    b = _raw(fake)
+    joining = Background(b.join)
+    assert fake.wait_for(lambda: fake.state(GROUP) == PREPARING_REBALANCE)
+    assert commit(a.member_id, 1) == NONE     # PreparingRebalance, current generation
+    assert a.heartbeat() == REBALANCE_IN_PROGRESS
+    a.join()
+    assert joining.result(5).generation_id == 2
+    assert a.heartbeat() == NONE              # CompletingRebalance
+    assert commit(a.member_id, 1) == ILLEGAL_GENERATION
+    assert a.sync({}).error_code == NONE
+    assert b.sync().error_code == NONE
+    assert fake.state(GROUP) == STABLE
+
+
+def test_fake_follower_sync_waits_for_the_leader_and_rebalance_timeout_drops_members(fake):
+    a = _raw(fake, rebalance_timeout_ms=100)
+    a.join()
+    a.sync({a.member_id: Assignment(tps("t0p0")).encode()})
+    b = _raw(fake, rebalance_timeout_ms=100)
+    assert b.join().error_code == NONE          # a did not rejoin within 100 ms: dropped
+    assert fake.members(GROUP) == [b.member_id]
+    assert a.heartbeat() == UNKNOWN_MEMBER_ID
+    assert b.join_response.leader == b.member_id
+
+    c = _raw(fake)
+    c_joining = Background(c.join)
+    assert fake.wait_for(lambda: fake.state(GROUP) == PREPARING_REBALANCE)
+    b.join()
+    c_joining.result(5)
+    c_syncing = Background(c.sync)
+    time.sleep(0.03)
+    assert not c_syncing.done()                  # waits for the leader
+    b.sync({c.member_id: Assignment(tps("t0p1")).encode()})
+    assert Assignment.decode(bytes(c_syncing.result(5).assignment)).partitions == tps("t0p1")
+
+
+def test_fake_rejects_mismatched_protocols_and_bad_session_timeouts(fake):
+    a = _raw(fake)
+    a.join()
+    other = RawMember(fake, GROUP, [("roundrobin", b"")])
+    assert other.join().error_code == INCONSISTENT_GROUP_PROTOCOL
+    short = _raw(fake, session_timeout_ms=10)
+    assert short.join().error_code == Errors.InvalidSessionTimeoutError.errno
+
+
+
+def test_fake_session_expiry_follows_its_clock():
+    now = [100.0]
+    fake = FakeCoordinator(TOPICS, clock=lambda: now[0])
+    try:
+        a = _raw(fake, session_timeout_ms=6_000)
+        a.join()
+        a.sync({a.member_id: b""})
+        now[0] += 5
+        assert a.heartbeat() == NONE
+        now[0] += 5
+        assert fake.expire_sessions() == []        # the heartbeat renewed the session
+        now[0] += 1.5
+        assert fake.expire_sessions() == [a.member_id]
+        assert fake.state(GROUP) == EMPTY and fake.group(GROUP).generation == 2
+        assert a.heartbeat() == UNKNOWN_MEMBER_ID
+    finally:
+        fake.shutdown()

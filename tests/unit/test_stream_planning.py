@@ -1,0 +1,837 @@
+"""The stream reader's driver side: offsets from trigger to trigger, commits, rebalances.
+
+A real :class:`KafkaStreamReader` is driven the way Spark drives it (``initialOffset``, then
+``latestOffset(start, limit)`` / ``partitions(start, end)`` / ``commit(end)`` per trigger), with
+its broker client replaced by a :class:`FakeCluster` that also answers Metadata, and its group
+member replaced by :class:`FakeMember`, whose assignment the test scripts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows, ReadMinRows)
+
+import kafka_source.stream as stream_module
+from kafka_source.client import PartitionInfo, TopicInfo
+from kafka_source.errors import DataLossError, OptionError, TopicError
+from kafka_source.options import parse_stream_options
+from kafka_source.stream import KafkaStreamReader, decode_offsets, encode_offsets
+
+from .fake_cluster import FakeCluster, FakeLog
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
+
+
+# --- fakes ---------------------------------------------------------------------------------------
+
+class Cluster(FakeCluster):
+    """FakeCluster with Metadata; each log is described by its start and end offsets only."""
+
+    def __init__(self, partitions: dict | None = None):
+        super().__init__({})
+        self.closed = False
+        self.metadata_calls: list = []
+        self.topic_errors: dict[str, list[int]] = {}   # topic -> queued error codes
+        for tp, end in (partitions or {}).items():
+            self.set(tp, end)
+
+    def set(self, tp, end, *, log_start=None):
+        """Create or change a partition: its log ends at ``end`` (and starts at ``log_start``)."""
+        log = self.logs.setdefault(tp, FakeLog())
+        log.high_watermark = end
+        if log_start is not None:
+            log.log_start = log_start
+
+    def delete_topic(self, topic):
+        for tp in [tp for tp in self.logs if tp[0] == topic]:
+            del self.logs[tp]
+
+    def metadata(self, topics):
+        self.metadata_calls.append(None if topics is None else sorted(topics))
+        names = sorted({t for t, _ in self.logs} | {"__consumer_offsets"}) if topics is None \
+            else sorted(set(topics))
+        result = {}
+        for topic in names:
+            queued = self.topic_errors.get(topic)
+            if queued:
+                result[topic] = TopicInfo(topic, queued.pop(0), {})
+                continue
+            parts = {p: PartitionInfo(self.leader, 0) for t, p in self.logs if t == topic}
+            if topic == "__consumer_offsets":
+                parts = {0: PartitionInfo(self.leader, 0)}
+            # What a broker answers for a topic that does not exist (no auto-creation).
+            result[topic] = TopicInfo(topic, 0 if parts else UNKNOWN_TOPIC_OR_PARTITION, parts)
+        return result
+
+    def close(self):
+        self.closed = True
+
+
+class FakeMember:
+    """Stands in for :class:`kafka_source.group.GroupMember`.
+
+    ``assign(...)`` scripts the assignment the next ``ensure_active`` (the next rejoin) returns;
+    until then ``assignment`` is the old one, as with a rebalance the heartbeat thread noticed.
+    ``group`` holds the group's committed offsets (other members may commit there too).
+    """
+
+    def __init__(self, assignment=(), committed=None):
+        self._next = tuple(sorted(assignment))
+        self.assignment: tuple = ()
+        self.stable = False
+        self.group: dict = dict(committed or {})
+        self.commits: list[dict] = []
+        self.committed_calls: list[list] = []
+        self.ensure_calls: list = []
+        self.left: list[str] = []
+        self.closed = False
+        self.refuse_commits = False
+
+    def assign(self, *tps):
+        self._next = tuple(sorted(tps))
+
+    def ensure_active(self, topics, counts=None):
+        self.ensure_calls.append((sorted(topics), dict(counts or {})))
+        self.assignment = self._next
+        self.stable = True
+        return self.assignment
+
+    def committed(self, tps):
+        tps = sorted(tps)
+        self.committed_calls.append(tps)
+        return {tp: self.group.get(tp) for tp in tps}
+
+    def commit(self, offsets):
+        if self.refuse_commits:
+            return False
+        self.commits.append(dict(offsets))
+        self.group.update(offsets)
+        return True
+
+    def leave(self, reason=""):
+        self.left.append(reason)
+        self.assignment = ()
+        self.stable = False
+
+    def close(self):
+        self.closed = True
+        self.leave("closed")
+
+
+class Clock:
+    def __init__(self):
+        self.ms = 1_000_000
+
+    def __call__(self):
+        return self.ms
+
+    def advance(self, ms):
+        self.ms += ms
+
+
+@pytest.fixture(autouse=True)
+def clock(monkeypatch):
+    c = Clock()
+    monkeypatch.setattr(stream_module, "_now_ms", c)
+    return c
+
+
+def make_reader(cluster, member, **options) -> KafkaStreamReader:
+    merged = {"kafka.bootstrap.servers": "fake:9092", **options}
+    if not {"subscribePattern", "assign"} & options.keys():
+        merged.setdefault("subscribe", "t")
+    reader = KafkaStreamReader(parse_stream_options(merged))
+    reader._client = cluster
+    reader._member = member
+    return reader
+
+
+def o(**per_topic):
+    """Offsets as Spark's JSON dict: o(t={0: 5, 1: 7}) -> {"t": {"0": 5, "1": 7}}."""
+    return encode_offsets({(t, p): v for t, parts in per_topic.items() for p, v in parts.items()})
+
+
+def ranges(reader, start, end):
+    """(topic, partition, from, until) of every task ``partitions(start, end)`` plans."""
+    return [(r.topic, r.partition, r.start, r.end)
+            for part in reader.partitions(start, end) for r in part.ranges]
+
+
+class Spark:
+    """Spark's micro-batch loop, as far as the source sees it."""
+
+    def __init__(self, reader, start=None, *, limit=None, call_commit=True):
+        self.reader = reader
+        self.start = reader.initialOffset() if start is None else start
+        self.limit = limit
+        self.call_commit = call_commit
+        self.batches = 0
+
+    def trigger(self):
+        """One trigger: the ranges read, or None when Spark runs no batch (end == start)."""
+        limit = self.limit if self.limit is not None else self.reader.getDefaultReadLimit()
+        end = self.reader.latestOffset(self.start, limit)
+        if end == self.start:
+            return None
+        read = ranges(self.reader, self.start, end)
+        if self.call_commit and self.batches > 0:
+            # Spark commits the previous batch's end once the next batch is planned.
+            self.reader.commit(self.start)
+        self.start, self.batches = end, self.batches + 1
+        return read
+
+
+T0, T1, T2 = ("t", 0), ("t", 1), ("t", 2)
+
+
+# --- initialOffset -------------------------------------------------------------------------------
+
+@pytest.fixture
+def three():
+    """Topic t: partitions 0-2, each log holding offsets [3, 10)."""
+    c = Cluster()
+    for tp in (T0, T1, T2):
+        c.set(tp, 10, log_start=3)
+    return c
+
+
+@pytest.mark.parametrize("starting, expected", [
+    ("earliest", {0: 3, 2: 3}),
+    ("latest", {0: 10, 2: 10}),
+    ('{"t":{"0":4,"1":5,"2":-1}}', {0: 4, 2: 10}),
+    ('{"t":{"0":-2,"1":5,"2":7}}', {0: 3, 2: 7}),
+])
+def test_initial_offset_covers_the_assigned_partitions_only(three, starting, expected):
+    member = FakeMember([T0, T2])
+    reader = make_reader(three, member, startingOffsets=starting)
+    assert reader.initialOffset() == o(t=expected)
+    assert member.ensure_calls == [(["t"], {"t": 3})]
+    assert member.commits == []
+
+
+def test_initial_offset_json_must_name_unassigned_partitions_too(three):
+    member = FakeMember([T0, T2])   # t-1 belongs to another member, but the JSON must name it
+    reader = make_reader(three, member, startingOffsets='{"t":{"0":4,"2":5}}')
+    with pytest.raises(OptionError) as info:
+        reader.initialOffset()
+    assert "'startingOffsets'" in str(info.value) and "t-1" in str(info.value)
+
+
+def test_initial_offset_json_below_log_start(three, caplog):
+    reader = make_reader(three, FakeMember([T0]), startingOffsets='{"t":{"0":1,"1":5,"2":5}}')
+    with pytest.raises(DataLossError, match="failOnDataLoss"):
+        reader.initialOffset()
+    reader = make_reader(three, FakeMember([T0]), startingOffsets='{"t":{"0":1,"1":5,"2":5}}',
+                         failOnDataLoss="false")
+    with caplog.at_level(logging.WARNING):
+        assert reader.initialOffset() == o(t={0: 3})
+    assert "t-0" in caplog.text
+
+
+@pytest.mark.parametrize("reset, expected", [("earliest", {0: 7, 2: 3}),
+                                             ("latest", {0: 7, 2: 10})])
+def test_initial_offset_group_uses_committed_else_reset(three, reset, expected):
+    member = FakeMember([T0, T2], committed={T0: 7, T1: 9})
+    reader = make_reader(three, member, **{"kafka.group.id": "g",
+                                           "kafka.auto.offset.reset": reset})
+    assert reader.initialOffset() == o(t=expected)
+    assert member.committed_calls == [[T0, T2]]   # only what this member owns
+    assert member.commits == []
+
+
+def test_initial_offset_group_without_commit_and_reset_none(three):
+    member = FakeMember([T0, T2], committed={T0: 7})
+    reader = make_reader(three, member, **{"kafka.group.id": "g",
+                                           "kafka.auto.offset.reset": "none"})
+    with pytest.raises(OptionError) as info:
+        reader.initialOffset()
+    assert "'kafka.auto.offset.reset'" in str(info.value) and "t-2" in str(info.value)
+    assert "'g'" in str(info.value)
+
+
+def test_initial_offset_group_committed_below_log_start(three, caplog):
+    options = {"kafka.group.id": "g"}
+    reader = make_reader(three, FakeMember([T0], committed={T0: 1}), **options)
+    with pytest.raises(DataLossError):
+        reader.initialOffset()
+    reader = make_reader(three, FakeMember([T0], committed={T0: 1}), failOnDataLoss="false",
+                         **options)
+    with caplog.at_level(logging.WARNING):
+        assert reader.initialOffset() == o(t={0: 3})
+
+
+def test_initial_offset_group_committed_beyond_log_end(three):
+    options = {"kafka.group.id": "g"}
+    reader = make_reader(three, FakeMember([T0], committed={T0: 50}), **options)
+    with pytest.raises(DataLossError, match="recreated"):
+        reader.initialOffset()
+    reader = make_reader(three, FakeMember([T0], committed={T0: 50}), failOnDataLoss="false",
+                         **options)
+    assert reader.initialOffset() == o(t={0: 10})
+
+
+def test_initial_offset_missing_topic_is_a_clear_error(three):
+    # Metadata answers UNKNOWN_TOPIC_OR_PARTITION (retriable: a new topic may not be known to
+    # every broker yet). Once the retries are spent the error names the topic.
+    reader = make_reader(three, FakeMember([T0]), subscribe="t,nope",
+                         **{"fetchOffset.retryIntervalMs": "0", "fetchOffset.numRetries": "2"})
+    with pytest.raises(TopicError, match="'nope' does not exist"):
+        reader.initialOffset()
+    assert three.metadata_calls[:3] == [["nope", "t"]] * 3
+
+
+def test_initial_offset_pattern_skips_internal_topics_and_needs_a_match(three):
+    three.set(("tx", 0), 4)
+    three.set(("other", 0), 4)
+    member = FakeMember([T0, ("tx", 0)])
+    reader = make_reader(three, member, subscribePattern="t.*|__.*", startingOffsets="earliest")
+    assert reader.initialOffset() == o(t={0: 3}, tx={0: 0})
+    assert member.ensure_calls == [(["t", "tx"], {"t": 3, "tx": 1})]
+
+    nothing = make_reader(three, FakeMember(), subscribePattern="zzz.*")
+    with pytest.raises(TopicError, match="'subscribePattern'"):
+        nothing.initialOffset()
+
+
+def test_initial_offset_assign_mode(three):
+    member = FakeMember([T0, T2])       # the manual assignment comes back from the member
+    reader = make_reader(three, member, assign='{"t":[0,2]}', startingOffsets="earliest")
+    assert reader.initialOffset() == o(t={0: 3, 2: 3})
+
+    reader = make_reader(three, FakeMember([T0, ("t", 7)]), assign='{"t":[0,7]}')
+    with pytest.raises(TopicError) as info:
+        reader.initialOffset()
+    assert "'assign'" in str(info.value) and "t-7" in str(info.value)
+
+
+def test_assigned_partitions_missing_from_metadata_are_ignored(three):
+    # An assignment computed from older metadata may name a partition that is gone.
+    member = FakeMember([T0, ("t", 9), ("gone", 0)])
+    reader = make_reader(three, member, startingOffsets="earliest")
+    assert reader.initialOffset() == o(t={0: 3})
+
+
+def test_initial_offset_retries_transient_metadata_errors(three):
+    three.topic_errors["t"] = [LEADER_NOT_AVAILABLE, LEADER_NOT_AVAILABLE]
+    reader = make_reader(three, FakeMember([T0]), startingOffsets="earliest",
+                         **{"fetchOffset.retryIntervalMs": "0"})
+    assert reader.initialOffset() == o(t={0: 3})
+    assert len(three.metadata_calls) == 3
+
+
+# --- commits -------------------------------------------------------------------------------------
+
+def test_commits_follow_completed_batches_once_each():
+    cluster = Cluster({T0: 10, T1: 20})
+    member = FakeMember([T0, T1])
+    reader = make_reader(cluster, member, **{"kafka.group.id": "g",
+                                             "kafka.auto.offset.reset": "earliest"})
+    spark = Spark(reader)
+    assert spark.start == o(t={0: 0, 1: 0})
+
+    # Trigger 1: start is the query's starting point, not a completed batch: nothing committed.
+    assert spark.trigger() == [("t", 0, 0, 10), ("t", 1, 0, 20)]
+    assert member.commits == []
+
+    # Trigger 2: batch 1 completed -> its end is committed, before anything else.
+    cluster.set(T0, 15)
+    assert spark.trigger() == [("t", 0, 10, 15)]
+    assert member.commits == [{T0: 10, T1: 20}]
+    # Spark's own commit of batch 1's end (made as batch 2 is planned) repeats nothing.
+    assert len(member.commits) == 1
+
+    # Idle triggers: batch 2's end is committed once, then nothing more.
+    assert spark.trigger() is None
+    assert spark.trigger() is None
+    assert member.commits == [{T0: 10, T1: 20}, {T0: 15}]
+    reader.commit(spark.start)
+    assert member.commits == [{T0: 10, T1: 20}, {T0: 15}]
+
+
+def test_idle_start_is_never_committed():
+    cluster = Cluster({T0: 10})
+    member = FakeMember([T0])
+    spark = Spark(make_reader(cluster, member))   # startingOffsets latest: 10
+    for _ in range(3):
+        assert spark.trigger() is None
+    assert member.commits == []
+
+
+def test_commit_offsets_false_never_commits():
+    cluster = Cluster({T0: 10, T1: 10})
+    member = FakeMember([T0, T1])
+    reader = make_reader(cluster, member, startingOffsets="earliest", commitOffsets="false")
+    spark = Spark(reader)
+    spark.trigger()
+    cluster.set(T0, 12)
+    spark.trigger()
+    spark.trigger()
+    member.assign(T0)
+    spark.trigger()
+    reader.commit(spark.start)
+    assert member.commits == []
+
+
+def test_completed_offsets_of_a_partition_about_to_be_lost_are_committed_first():
+    cluster = Cluster({T0: 10, T1: 10})
+    member = FakeMember([T0, T1])
+    spark = Spark(make_reader(cluster, member, startingOffsets="earliest"))
+    spark.trigger()                      # batch 1 reads both to 10
+    member.assign(T0)                    # a rebalance the heartbeat noticed: t-1 goes away
+    cluster.set(T0, 12)
+    cluster.set(T1, 30)
+    assert spark.trigger() == [("t", 0, 10, 12)]
+    # Batch 1's end of t-1 was committed while t-1 was still owned (the next owner starts there).
+    assert member.commits[0] == {T0: 10, T1: 10}
+    assert spark.start == o(t={0: 12})
+
+
+def test_partitions_no_longer_owned_are_not_committed():
+    cluster = Cluster({T0: 10, T1: 10})
+    member = FakeMember([T0, T1])
+    reader = make_reader(cluster, member, startingOffsets="earliest")
+    spark = Spark(reader)
+    spark.trigger()
+    member.assign(T0)
+    member.stable = False                # fenced: the member must rejoin before it may commit
+    old_start = spark.start
+    spark.trigger()
+    assert member.commits == [{T0: 10}]
+    # Spark's late commit of an end that still lists t-1 commits nothing for it either.
+    reader.commit(encode_offsets({**decode_offsets(old_start), T1: 99}))
+    assert all(T1 not in c for c in member.commits)
+
+
+def test_refused_commit_is_retried_later():
+    cluster = Cluster({T0: 10})
+    member = FakeMember([T0])
+    spark = Spark(make_reader(cluster, member, startingOffsets="earliest"))
+    spark.trigger()
+    member.refuse_commits = True
+    assert spark.trigger() is None
+    assert member.commits == []
+    member.refuse_commits = False
+    assert spark.trigger() is None
+    assert member.commits == [{T0: 10}]
+
+
+# --- rebalances ----------------------------------------------------------------------------------
+
+def test_lost_partition_is_dropped_from_the_end_offsets():
+    cluster = Cluster({T0: 10, T1: 10})
+    member = FakeMember([T0, T1])
+    spark = Spark(make_reader(cluster, member, startingOffsets="earliest"))
+    spark.trigger()
+    member.assign(T1)
+    cluster.set(T0, 20)
+    cluster.set(T1, 20)
+    read = spark.trigger()
+    assert spark.start == o(t={1: 20}) and read == [("t", 1, 10, 20)]
+
+
+@pytest.mark.parametrize("committed, reset, adopted_at", [
+    (6, "latest", 6),            # the group's committed offset
+    (None, "latest", 10),        # no commit: kafka.auto.offset.reset
+    (None, "earliest", 0),
+])
+def test_gained_partition_enters_with_an_empty_range(committed, reset, adopted_at):
+    cluster = Cluster({T0: 10, T1: 10})
+    member = FakeMember([T0], committed={T1: committed} if committed is not None else {})
+    reader = make_reader(cluster, member, startingOffsets="earliest",
+                         **{"kafka.auto.offset.reset": reset})
+    spark = Spark(reader)
+    spark.trigger()
+    member.assign(T0, T1)
+    cluster.set(T0, 12)
+    start = spark.start
+    read = spark.trigger()
+    assert spark.start == o(t={0: 12, 1: adopted_at})
+    assert read == [("t", 0, 10, 12)]          # nothing of t-1 in the batch that adopts it
+    assert ranges(reader, start, spark.start) == read
+    cluster.set(T1, 15)
+    assert spark.trigger() == [("t", 1, adopted_at, 15)]
+
+
+def test_gained_partition_without_commit_and_reset_none_fails():
+    cluster = Cluster({T0: 10, T1: 10})
+    member = FakeMember([T0])
+    spark = Spark(make_reader(cluster, member, startingOffsets="earliest",
+                              **{"kafka.auto.offset.reset": "none"}))
+    spark.trigger()
+    member.assign(T0, T1)
+    with pytest.raises(OptionError, match="'kafka.auto.offset.reset'"):
+        spark.trigger()
+
+
+def test_lost_then_regained_partition_starts_at_the_groups_committed_offset():
+    cluster = Cluster({T0: 10, T1: 10})
+    member = FakeMember([T0, T1])
+    spark = Spark(make_reader(cluster, member, startingOffsets="earliest"))
+    spark.trigger()                                   # both read to 10
+    member.assign(T0)
+    spark.trigger()                                   # t-1 dropped (10 committed before)
+    assert spark.start == o(t={0: 10})
+    cluster.set(T1, 40)
+    member.group[T1] = 35                             # its other owner read on to 35
+    member.assign(T0, T1)
+    assert spark.trigger() == []                      # adopted: empty range
+    assert spark.start == o(t={0: 10, 1: 35})
+    assert spark.trigger() == [("t", 1, 35, 40)]
+
+
+def test_start_listing_a_partition_not_owned_last_trigger_is_not_trusted():
+    # The start still lists t-1 at 10, but this member did not own t-1 at the last trigger: the
+    # offset is stale (another member may have read on). Dropped for one trigger, then adopted
+    # from the group's committed offset.
+    cluster = Cluster({T0: 10, T1: 40})
+    member = FakeMember([T0], committed={T1: 35})
+    reader = make_reader(cluster, member, startingOffsets='{"t":{"0":10,"1":10}}')
+    assert reader.initialOffset() == o(t={0: 10})
+    member.assign(T0, T1)
+    stale = o(t={0: 10, 1: 10})
+    end = reader.latestOffset(stale, ReadAllAvailable())
+    assert end == o(t={0: 10})
+    assert ranges(reader, stale, end) == []
+    assert all(T1 not in c for c in member.commits)
+    end2 = reader.latestOffset(end, ReadAllAvailable())
+    assert end2 == o(t={0: 10, 1: 35})
+    assert ranges(reader, end, end2) == []
+    assert reader.latestOffset(end2, ReadAllAvailable()) == o(t={0: 10, 1: 40})
+
+
+def test_after_restart_the_checkpoint_wins_for_owned_partitions():
+    cluster = Cluster({T0: 50, T1: 50, T2: 50})
+    # The group moved on (another query in the same group), but this query's checkpoint says 10.
+    member = FakeMember([T0, T1], committed={T0: 30, T1: 30, T2: 7})
+    reader = make_reader(cluster, member, **{"kafka.group.id": "g"})
+    checkpoint = o(t={0: 10, 2: 10})               # t-2 is no longer ours, t-1 is new to us
+    end = reader.latestOffset(checkpoint, ReadAllAvailable())
+    assert end == o(t={0: 50, 1: 30})
+    assert ranges(reader, checkpoint, end) == [("t", 0, 10, 50)]
+    # The checkpoint's batch completed before the restart: committed for the owned partition.
+    assert member.commits == [{T0: 10}]
+    assert member.committed_calls == [[T1]]
+
+
+# --- new partitions ------------------------------------------------------------------------------
+
+def test_new_partition_starts_at_its_log_start():
+    cluster = Cluster({T0: 10})
+    member = FakeMember([T0])
+    spark = Spark(make_reader(cluster, member))            # latest; reset latest
+    assert spark.start == o(t={0: 10})
+    cluster.set(T1, 5)                                     # created after the query started
+    member.assign(T0, T1)
+    assert spark.trigger() == []
+    assert spark.start == o(t={0: 10, 1: 0})               # not 5 (auto.offset.reset=latest)
+    assert member.ensure_calls[-1] == (["t"], {"t": 2})
+    assert spark.trigger() == [("t", 1, 0, 5)]
+
+
+def test_new_partition_first_owned_elsewhere_is_still_read_from_its_start():
+    # t-1 and t-2 are created after the query started; t-1 goes to another member, t-2 to this
+    # one. The other member stops before completing a batch of t-1 (no commit). When t-1 comes
+    # here it is still a partition created after the start: read from its log start, not
+    # kafka.auto.offset.reset=latest (which would skip its first 8 records) -- the same as if
+    # this member had not adopted t-2 in between.
+    cluster = Cluster({T0: 10})
+    member = FakeMember([T0])
+    spark = Spark(make_reader(cluster, member))
+    cluster.set(T1, 5)
+    cluster.set(T2, 5)
+    member.assign(T0, T2)
+    spark.trigger()
+    assert spark.start == o(t={0: 10, 2: 0})
+    cluster.set(T1, 8)
+    member.assign(T0, T1, T2)
+    spark.trigger()
+    assert spark.start == o(t={0: 10, 1: 0, 2: 5})
+
+
+def test_new_partition_with_a_commit_uses_it():
+    cluster = Cluster({T0: 10})
+    member = FakeMember([T0])
+    spark = Spark(make_reader(cluster, member))
+    cluster.set(T1, 5)
+    member.group[T1] = 3
+    member.assign(T0, T1)
+    spark.trigger()
+    assert spark.start == o(t={0: 10, 1: 3})
+
+
+def test_new_partition_whose_log_does_not_start_at_zero(caplog):
+    for fail in ("true", "false"):
+        cluster = Cluster({T0: 10})
+        member = FakeMember([T0])
+        spark = Spark(make_reader(cluster, member, failOnDataLoss=fail))
+        cluster.set(T1, 9, log_start=4)
+        member.assign(T0, T1)
+        if fail == "true":
+            with pytest.raises(DataLossError, match="t-1"):
+                spark.trigger()
+        else:
+            with caplog.at_level(logging.WARNING):
+                spark.trigger()
+            assert spark.start == o(t={0: 10, 1: 4})
+            assert "New partition t-1 starts at offset 4" in caplog.text
+
+
+def test_new_topic_matching_the_pattern_is_read_from_its_start():
+    cluster = Cluster({("a1", 0): 10})
+    member = FakeMember([("a1", 0)])
+    spark = Spark(make_reader(cluster, member, subscribePattern="a.*"))
+    cluster.set(("a2", 0), 3)
+    member.assign(("a1", 0), ("a2", 0))
+    spark.trigger()
+    assert member.ensure_calls[-1] == (["a1", "a2"], {"a1": 1, "a2": 1})
+    assert spark.trigger() == [("a2", 0, 0, 3)]
+
+
+# --- data loss -----------------------------------------------------------------------------------
+
+def test_deleted_topic_is_data_loss(caplog):
+    for fail in ("true", "false"):
+        cluster = Cluster({T0: 10, ("u", 0): 10})
+        member = FakeMember([T0, ("u", 0)])
+        spark = Spark(make_reader(cluster, member, subscribe="t,u", startingOffsets="earliest",
+                                  failOnDataLoss=fail, **{"fetchOffset.retryIntervalMs": "0"}))
+        spark.trigger()
+        cluster.delete_topic("u")
+        member.assign(T0)
+        if fail == "true":
+            with pytest.raises(DataLossError, match="u-0"):
+                spark.trigger()
+        else:
+            cluster.set(T0, 11)
+            with caplog.at_level(logging.WARNING):
+                assert spark.trigger() == [("t", 0, 10, 11)]
+            assert spark.start == o(t={0: 11})
+            assert "u-0" in caplog.text
+            cluster.set(T0, 12)
+            assert spark.trigger() == [("t", 0, 11, 12)]      # goes on without 'u'
+
+
+def test_vanished_partition_is_data_loss():
+    cluster = Cluster({T0: 10, T1: 10})
+    member = FakeMember([T0, T1])
+    spark = Spark(make_reader(cluster, member, startingOffsets="earliest"))
+    spark.trigger()
+    del cluster.logs[T1]                     # the topic was recreated with one partition
+    member.assign(T0)
+    with pytest.raises(DataLossError, match="t-1"):
+        spark.trigger()
+
+
+def test_log_end_before_start_is_data_loss(caplog):
+    cluster = Cluster({T0: 100})
+    member = FakeMember([T0])
+    spark = Spark(make_reader(cluster, member, startingOffsets="earliest"))
+    spark.trigger()
+    cluster.set(T0, 20)                      # topic recreated: the log now ends at 20
+    with pytest.raises(DataLossError, match="recreated"):
+        spark.trigger()
+
+    reader = make_reader(cluster, FakeMember([T0]), failOnDataLoss="false")
+    with caplog.at_level(logging.WARNING):
+        end = reader.latestOffset(o(t={0: 100}), ReadAllAvailable())
+    assert end == o(t={0: 20})               # continues from the new end
+    assert ranges(reader, o(t={0: 100}), end) == []
+    cluster.set(T0, 25)
+    assert reader.latestOffset(end, ReadAllAvailable()) == o(t={0: 25})
+
+
+def test_adopted_partition_committed_below_log_start(caplog):
+    for fail in ("true", "false"):
+        cluster = Cluster({T0: 10})
+        cluster.set(T1, 50, log_start=20)
+        member = FakeMember([T0], committed={T1: 5})
+        spark = Spark(make_reader(cluster, member, startingOffsets="earliest",
+                                  failOnDataLoss=fail))
+        member.assign(T0, T1)
+        if fail == "true":
+            with pytest.raises(DataLossError, match="t-1"):
+                spark.trigger()
+        else:
+            with caplog.at_level(logging.WARNING):
+                spark.trigger()
+            assert decode_offsets(spark.start)[T1] == 20
+
+
+# --- admission control ---------------------------------------------------------------------------
+
+def test_read_max_rows_splits_by_backlog():
+    cluster = Cluster({T0: 0, T1: 0, T2: 0})
+    member = FakeMember([T0, T1, T2])
+    reader = make_reader(cluster, member, startingOffsets="earliest", maxOffsetsPerTrigger="100")
+    assert reader.getDefaultReadLimit() == ReadMaxRows(100)
+    spark = Spark(reader)
+    cluster.set(T0, 1000)
+    cluster.set(T1, 10)
+    cluster.set(T2, 1)
+    assert spark.trigger() == [("t", 0, 0, 98), ("t", 1, 0, 1), ("t", 2, 0, 1)]
+    assert reader.reportLatestOffset() == o(t={0: 1000, 1: 10, 2: 1})
+    # A limit Spark passes wins over the option.
+    assert reader.latestOffset(spark.start, ReadMaxRows(10)) == o(t={0: 107, 1: 2, 2: 1})
+
+
+def test_read_all_available_ignores_max_offsets_per_trigger():
+    cluster = Cluster({T0: 1000, T1: 10})
+    member = FakeMember([T0, T1])
+    reader = make_reader(cluster, member, startingOffsets="earliest", maxOffsetsPerTrigger="5",
+                         minOffsetsPerTrigger="5")
+    start = reader.initialOffset()
+    assert reader.latestOffset(start, ReadAllAvailable()) == o(t={0: 1000, 1: 10})
+
+
+def test_min_offsets_per_trigger_holds_back_until_enough_or_delay(clock):
+    cluster = Cluster({T0: 0, T1: 0})
+    member = FakeMember([T0, T1])
+    reader = make_reader(cluster, member, startingOffsets="earliest", minOffsetsPerTrigger="10",
+                         maxTriggerDelay="1m")
+    assert reader.getDefaultReadLimit() == ReadMinRows(10)
+    spark = Spark(reader)
+    cluster.set(T0, 4)
+    cluster.set(T1, 5)
+    # As in Spark, the first trigger is never held back.
+    assert spark.trigger() == [("t", 0, 0, 4), ("t", 1, 0, 5)]
+    cluster.set(T1, 8)                          # 3 < 10 waiting
+    clock.advance(30_000)
+    assert spark.trigger() is None
+    assert reader.reportLatestOffset() == o(t={0: 4, 1: 8})
+    cluster.set(T0, 11)                         # 10 waiting
+    assert spark.trigger() == [("t", 0, 4, 11), ("t", 1, 5, 8)]
+
+    cluster.set(T0, 12)                         # 1 waiting; the delay counts from that batch
+    clock.advance(59_999)
+    assert spark.trigger() is None
+    clock.advance(1)
+    assert spark.trigger() == [("t", 0, 11, 12)]
+    clock.advance(1_000)
+    cluster.set(T0, 13)
+    assert spark.trigger() is None
+
+
+def test_min_and_max_offsets_together():
+    cluster = Cluster({T0: 0})
+    member = FakeMember([T0])
+    reader = make_reader(cluster, member, startingOffsets="earliest", minOffsetsPerTrigger="10",
+                         maxOffsetsPerTrigger="20")
+    assert reader.getDefaultReadLimit() == ReadMaxRows(20)
+    spark = Spark(reader)
+    cluster.set(T0, 5)
+    assert spark.trigger() == [("t", 0, 0, 5)]  # the first trigger is never held back
+    cluster.set(T0, 10)
+    assert spark.trigger() is None              # min still applies under the ReadMaxRows limit
+    cluster.set(T0, 50)
+    assert spark.trigger() == [("t", 0, 5, 25)]
+
+
+def test_default_read_limit_without_options():
+    reader = make_reader(Cluster(), FakeMember())
+    assert reader.getDefaultReadLimit() == ReadAllAvailable()
+
+
+# --- Trigger.AvailableNow ------------------------------------------------------------------------
+
+def test_available_now_stops_at_the_target_and_leaves():
+    cluster = Cluster({T0: 30, T1: 5})
+    member = FakeMember([T0, T1])
+    reader = make_reader(cluster, member, startingOffsets="earliest", maxOffsetsPerTrigger="20")
+    spark = Spark(reader)
+    reader.prepareForTriggerAvailableNow()
+    cluster.set(T0, 1000)                       # arrives after the run began: not read
+    cluster.set(("t", 1), 500)
+    cluster.set(T2, 7)                          # a partition created later: not read
+    member.assign(T0, T1, T2)
+    seen = []
+    while (read := spark.trigger()) is not None:
+        seen.extend(read)
+        assert not member.left
+    assert sum(b - a for _, _, a, b in seen) == 35
+    assert ("t", 2) not in {(t, p) for t, p, _, _ in seen}
+    assert decode_offsets(spark.start) == {T0: 30, T1: 5, T2: 0}
+    assert len(member.left) == 1
+    # Everything read was committed before leaving.
+    assert member.group[T0] == 30 and member.group[T1] == 5
+
+
+def test_available_now_ignores_min_offsets_per_trigger():
+    cluster = Cluster({T0: 3})
+    member = FakeMember([T0])
+    reader = make_reader(cluster, member, startingOffsets="earliest",
+                         minOffsetsPerTrigger="1000", maxTriggerDelay="1h")
+    spark = Spark(reader)
+    reader.prepareForTriggerAvailableNow()
+    assert spark.trigger() == [("t", 0, 0, 3)]
+    assert spark.trigger() is None
+    assert member.left
+
+
+def test_available_now_with_nothing_to_read_leaves_at_once():
+    cluster = Cluster({T0: 3})
+    member = FakeMember([T0])
+    spark = Spark(make_reader(cluster, member))
+    spark.reader.prepareForTriggerAvailableNow()
+    assert spark.trigger() is None
+    assert len(member.left) == 1
+
+
+# --- partitions(start, end) ----------------------------------------------------------------------
+
+def test_partitions_plans_one_task_per_nonempty_range():
+    reader = make_reader(Cluster(), FakeMember(), includeHeaders="true")
+    start = o(t={0: 5, 1: 7, 2: 9}, a={0: 0})
+    end = o(t={0: 8, 1: 7, 3: 4}, a={0: 2})     # t-1 empty, t-2 dropped, t-3 adopted
+    parts = reader.partitions(start, end)
+    assert [(r.topic, r.partition, r.start, r.end) for p in parts for r in p.ranges] == [
+        ("a", 0, 0, 2), ("t", 0, 5, 8)]
+    assert [p.index for p in parts] == [0, 1]
+    assert all(p.settings.include_headers for p in parts)
+
+
+def test_partitions_applies_min_partitions_and_max_records_per_partition():
+    start, end = o(t={0: 0, 1: 0}), o(t={0: 100, 1: 10})
+    reader = make_reader(Cluster(), FakeMember(), minPartitions="4")
+    got = ranges(reader, start, end)
+    assert got == [("t", 0, 0, 33), ("t", 0, 33, 66), ("t", 0, 66, 100), ("t", 1, 0, 10)]
+    reader = make_reader(Cluster(), FakeMember(), maxRecordsPerPartition="40")
+    assert ranges(reader, start, end) == [("t", 0, 0, 33), ("t", 0, 33, 66), ("t", 0, 66, 100),
+                                          ("t", 1, 0, 10)]
+
+
+def test_offsets_json_is_sparks_shape_in_a_stable_order():
+    offsets = {("b", 10): 1, ("b", 2): 2, ("a", 0): 3}
+    encoded = encode_offsets(offsets)
+    assert json.dumps(encoded) == '{"a": {"0": 3}, "b": {"2": 2, "10": 1}}'
+    assert decode_offsets(encoded) == offsets
+    assert decode_offsets(json.loads(json.dumps(encoded))) == offsets
+    assert decode_offsets(None) == {} and encode_offsets({}) == {}
+
+
+# --- reportLatestOffset, stop --------------------------------------------------------------------
+
+def test_report_latest_offset():
+    cluster = Cluster({T0: 10})
+    member = FakeMember([T0])
+    reader = make_reader(cluster, member, startingOffsets="earliest", maxOffsetsPerTrigger="3")
+    assert reader.reportLatestOffset() is None
+    start = reader.initialOffset()
+    assert reader.reportLatestOffset() is None
+    assert reader.latestOffset(start, reader.getDefaultReadLimit()) == o(t={0: 3})
+    assert reader.reportLatestOffset() == o(t={0: 10})
+    cluster.set(T0, 12)
+    assert reader.reportLatestOffset() == o(t={0: 10})    # as seen at the last trigger
+
+
+def test_stop_closes_member_and_client_without_committing():
+    cluster = Cluster({T0: 10})
+    member = FakeMember([T0])
+    reader = make_reader(cluster, member, startingOffsets="earliest")
+    spark = Spark(reader)
+    spark.trigger()
+    reader.stop()
+    assert member.closed and cluster.closed and member.commits == []
