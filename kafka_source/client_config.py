@@ -161,8 +161,24 @@ def client_config_from_options(opts: Mapping[str, str]) -> dict[str, object]:
     return config
 
 
+# The largest response frame the network layer accepts (kafka-python's own default is 1,000,000
+# bytes, less than one full 1 MiB partition fetch). As kafka-python's consumer does, it is at
+# least 100 MB and never below what a Fetch may return: fetch.max.bytes, or one partition's
+# max.partition.fetch.bytes (a single record batch may exceed both, so there is headroom).
+_MIN_RECEIVE_MESSAGE_MAX_BYTES = 100_000_000
+
+
+def receive_message_max_bytes(config: Mapping[str, object]) -> int:
+    fetch_max = int(config.get("fetch_max_bytes", DEFAULT_FETCH_SETTINGS["fetch_max_bytes"]))
+    partition_max = int(config.get("max_partition_fetch_bytes",
+                                   DEFAULT_FETCH_SETTINGS["max_partition_fetch_bytes"]))
+    return max(_MIN_RECEIVE_MESSAGE_MAX_BYTES, 2 * max(fetch_max, partition_max) + (1 << 20))
+
+
 def connection_settings(config: Mapping[str, object]) -> dict[str, object]:
     """The subset of ``config`` that configures the network client."""
     names = {target for target, _ in _CONNECTION_SETTINGS.values()}
     names.update({"ssl_check_hostname", "sasl_plain_username", "sasl_plain_password"})
-    return {k: v for k, v in config.items() if k in names}
+    settings = {k: v for k, v in config.items() if k in names}
+    settings["receive_message_max_bytes"] = receive_message_max_bytes(config)
+    return settings

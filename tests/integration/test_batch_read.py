@@ -155,6 +155,22 @@ def test_default_range_reads_everything_multi_record_batches(spark, bootstrap_se
     assert got == expected
 
 
+def test_partition_larger_than_one_fetch_response(spark, bootstrap_servers):
+    # Responses of more than kafka-python's default frame limit (1,000,000 bytes) must be
+    # accepted: one full max.partition.fetch.bytes (1 MiB) fetch is already larger.
+    topic = unique_topic_name("large")
+    create_topic(bootstrap_servers, topic, partitions=1)
+    n, size = 3000, 1000
+    produce(bootstrap_servers, topic,
+            [(None, (b"%06d" % i) * (size // 6), [], BASE_TS + i) for i in range(n)])
+    df = reader(spark, bootstrap_servers, subscribe=topic,
+                endingOffsets=json.dumps({topic: {"0": n}}))
+    row = df.selectExpr("count(*) AS n", "sum(length(value)) AS bytes",
+                        "count(DISTINCT offset) AS offsets", "max(offset) AS last").first()
+    assert (row.n, row.offsets, row.last) == (n, n, n - 1)
+    assert row.bytes == n * (size // 6) * 6
+
+
 @pytest.fixture(scope="module")
 def sliced_topic(bootstrap_servers):
     topic = unique_topic_name("slices")
