@@ -1,18 +1,15 @@
-"""Executor side: turn decoded records into Arrow record batches of the source's exact schema."""
+"""Decoded records -> an Arrow record batch of the source's exact schema, one Python object at a
+time: the reference for :mod:`kafka_source.fast_decode` (which builds the columns straight from
+the record bytes on the executors) and its fallback for legacy and malformed batches."""
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Sequence
+from typing import Sequence
 
 import pyarrow as pa
 
 from .records import Record
 from .schema import arrow_schema
-
-# Flush a batch once it holds this many records or payload bytes, so a task's memory stays
-# bounded however large its partition is.
-MAX_BATCH_RECORDS = 65_536
-MAX_BATCH_BYTES = 16 << 20
 
 _SCHEMAS = {False: arrow_schema(False), True: arrow_schema(True)}
 _HEADERS_TYPE = _SCHEMAS[True].field("headers").type
@@ -37,20 +34,3 @@ def records_to_batch(records: Sequence[Record], topic: str, partition: int,
              for r in records],
             type=_HEADERS_TYPE))
     return pa.RecordBatch.from_arrays(columns, schema=_SCHEMAS[include_headers])
-
-
-def batches(chunks: Iterable[list[Record]], topic: str, partition: int,
-            include_headers: bool) -> Iterator[pa.RecordBatch]:
-    """Regroup record chunks from the fetch loop into Arrow batches of bounded size."""
-    pending: list[Record] = []
-    pending_bytes = 0
-    for chunk in chunks:
-        for record in chunk:
-            pending.append(record)
-            pending_bytes += len(record.value or b"") + len(record.key or b"")
-            if len(pending) >= MAX_BATCH_RECORDS or pending_bytes >= MAX_BATCH_BYTES:
-                yield records_to_batch(pending, topic, partition, include_headers)
-                pending, pending_bytes = [], 0
-    if pending:
-        yield records_to_batch(pending, topic, partition, include_headers)
-

@@ -12,7 +12,6 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from .arrow import batches
 from .client import BrokerClient
 from .client_config import connection_settings
 from .fetcher import FetchSettings, RangeFetcher
@@ -51,7 +50,7 @@ def read_input_partition(partition: KafkaInputPartition) -> Iterator[pa.RecordBa
     try:
         fetcher = RangeFetcher(client, fetch_settings)
         for r in partition.ranges:
-            yield from batches(fetcher.read(r), r.topic, r.partition, settings.include_headers)
+            yield from fetcher.read_arrow(r, settings.include_headers)
         ok = True
     finally:
         if ok:

@@ -1,8 +1,10 @@
 """Executor side: the fetch loop that reads one offset range from its partition leader.
 
 For each range it finds the leader, sends Fetch requests from the current position, decodes the
-returned record batches (:func:`kafka_source.records.decode_records`) and hands the records on,
-until the position reaches the range's end. Along the way it:
+returned record batches and hands the records on, until the position reaches the range's end:
+as Arrow batches straight from the bytes (:func:`kafka_source.fast_decode.decode_to_arrow`, the
+executors' path), or as Python records (:func:`kafka_source.records.decode_records`, the
+reference decoder it is tested against). Along the way it:
 
 * follows leader changes and retriable errors with bounded exponential backoff;
 * treats offsets that vanished (OFFSET_OUT_OF_RANGE below the log start) as data loss: fail, or
@@ -17,14 +19,16 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 import kafka.errors as Errors
+import pyarrow as pa
 
 from .client import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient, RetriableBrokerError,
                      error_for)
 from .errors import DataLossError, KafkaSourceError, TopicError
 from .offsets import OffsetRange
+from .fast_decode import decode_to_arrow
 from .records import Record, decode_records
 
 log = logging.getLogger(__name__)
@@ -84,7 +88,38 @@ class RangeFetcher:
         self._leaders: dict[tuple[str, int], int] = {}
 
     def read(self, r: OffsetRange) -> Iterator[list[Record]]:
-        """Yield lists of records of ``r`` in offset order; every offset of r is accounted for."""
+        """Yield lists of records of ``r`` in offset order; every offset of r is accounted for.
+
+        Decodes with the reference decoder (:mod:`kafka_source.records`).
+        """
+        s = self.settings
+
+        def decode(data, position, aborted):
+            result = decode_records(data, start_offset=position, end_offset=r.end,
+                                    read_committed=s.read_committed,
+                                    aborted_transactions=aborted, check_crcs=s.check_crcs)
+            return result.records, result.next_offset, result.truncated
+
+        return self._read(r, decode)
+
+    def read_arrow(self, r: OffsetRange, include_headers: bool) -> Iterator[pa.RecordBatch]:
+        """Yield Arrow batches of ``r``'s records (Spark's schema), decoded without a Python
+        object per record (:mod:`kafka_source.fast_decode`); otherwise exactly :meth:`read`."""
+        s = self.settings
+
+        def decode(data, position, aborted):
+            return decode_to_arrow(data, start_offset=position, end_offset=r.end,
+                                   read_committed=s.read_committed,
+                                   aborted_transactions=aborted, check_crcs=s.check_crcs,
+                                   topic=r.topic, partition=r.partition,
+                                   include_headers=include_headers)
+
+        for batches in self._read(r, decode):
+            yield from batches
+
+    def _read(self, r: OffsetRange, decode: Callable) -> Iterator[list]:
+        """The fetch loop; ``decode(data, position, aborted)`` -> (items, next_offset,
+        truncated) turns one partition's record bytes into a list of output items."""
         s = self.settings
         tp = r.topic_partition
         position = r.start
@@ -117,16 +152,14 @@ class RangeFetcher:
                 continue
             failures = 0
             aborted = [(a.producer_id, a.first_offset) for a in (data.aborted_transactions or ())]
-            result = decode_records(data.records or b"", start_offset=position, end_offset=r.end,
-                                    read_committed=s.read_committed,
-                                    aborted_transactions=aborted, check_crcs=s.check_crcs)
-            if result.records:
-                yield result.records
-            if result.next_offset > position:
-                position = result.next_offset
+            items, next_offset, truncated = decode(data.records or b"", position, aborted)
+            if items:
+                yield items
+            if next_offset > position:
+                position = next_offset
                 deadline.reset()
                 continue
-            if result.truncated:
+            if truncated:
                 # A single batch larger than the per-partition limit (only old brokers return a
                 # truncated first batch): ask for more bytes next time.
                 partition_max_bytes *= 2

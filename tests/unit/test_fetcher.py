@@ -26,8 +26,22 @@ def values(n, start=0, prefix="v"):
     return [R(key=None, value=f"{prefix}{start + i}".encode()) for i in range(n)]
 
 
+_PATH = {"name": "reference"}
+
+
+@pytest.fixture(autouse=True, params=["reference", "arrow"])
+def decode_path(request):
+    """Run every test through both decoders: the reference one and the executors' Arrow one."""
+    _PATH["name"] = request.param
+    yield request.param
+    _PATH["name"] = "reference"
+
+
 def read_offsets(cluster, r, **kw):
     fetcher = RangeFetcher(cluster, settings(**kw))
+    if _PATH["name"] == "arrow":
+        return [o for batch in fetcher.read_arrow(r, include_headers=False)
+                for o in batch.column("offset").to_pylist()]
     return [rec.offset for chunk in fetcher.read(r) for rec in chunk]
 
 
