@@ -9,10 +9,10 @@ per record. :mod:`kafka_source.records` is the specification; the differential t
 How it works
 ------------
 
-1. **Batch walk** (Python, one iteration per *batch*): the same loop as ``decode_records`` -
-   truncation, CRC-32C, aborted transactions, control batches, the offset window and the early
-   stop - but instead of parsing a kept magic-2 batch it queues (records section, base offset,
-   timestamps, count). The section is decompressed once per batch; uncompressed ones are a
+1. **Batch walk** (Python, one iteration per *batch*): the loop ``decode_records`` runs too,
+   :func:`kafka_source.records.walk_batches` - truncation, CRC-32C, aborted transactions,
+   control batches, the offset window and the early stop - but instead of parsing a kept
+   magic-2 batch this module queues it (records section, base offset, timestamps, count). The section is decompressed once per batch; uncompressed ones are a
    zero-copy slice of the input. Legacy magic 0/1 entries are decoded by the reference code.
    An error found by the walk is held back until every batch before it has been decoded, so the
    error raised is the one the reference raises (the first bad batch wins).
@@ -51,33 +51,19 @@ Memory: each output batch owns its data (nothing keeps the input buffer alive).
 
 from __future__ import annotations
 
-import struct
+from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from .errors import CorruptRecordError
-from .records import (  # the reference decoder: the walk mirrors it, odd batches go through it
-    CONTROL_ABORT,
+from .records import (  # the reference decoder: its batch walk, and odd batches go through it
     Record,
-    _COMPRESSION_MASK,
-    _CONTROL_BIT,
-    _LEGACY_MIN_SIZE,
-    _LOG_OVERHEAD,
-    _MAGIC_POS,
-    _MIN_ENTRY_SIZE,
-    _OFFSET_LENGTH,
-    _TRANSACTIONAL_BIT,
-    _V2_CRC_START,
-    _V2_HEADER,
-    _V2_HEADER_SIZE,
-    _Malformed,
-    _control_type,
-    _decompress,
-    _legacy_entry,
-    _v2_records,
-    crc32c,
+    V2Batch,
+    WalkEnd,
+    v2_batch_records,
+    walk_batches,
 )
 from .schema import arrow_schema
 
@@ -181,139 +167,38 @@ _VAL, _SIZE, _SKIP, _LEN_ATTR, _HDR0, _NEG, _CHAIN = (
 _FAST, _REF, _RECS = 0, 1, 2
 
 
-class _WalkEnd:
-    """How the batch walk ended: filled in when its generator is exhausted."""
-    next_offset: int
-    truncated: bool
-    error: Exception | None
+@dataclass
+class _WalkEnd(WalkEnd):
+    error: CorruptRecordError | None = None
 
 
 def _walk(view, start_offset, end_offset, read_committed, aborted_transactions, check_crcs,
           result: _WalkEnd):
-    """The batch loop of ``decode_records``, as a generator of queue entries. An error is not
-    raised but left in ``result`` once the entries before it are yielded."""
-    n = len(view)
-    next_offset = start_offset
-    truncated = False
-    error = None
-    pending = sorted(((int(first), int(pid)) for pid, first in aborted_transactions)
-                     if read_committed else ())
-    pending_i = 0
-    aborted_pids: set[int] = set()
-    header = _V2_HEADER.unpack_from
-    offset_length = _OFFSET_LENGTH.unpack_from
-    pos = 0
-    while pos < n:
-        if n - pos < _LOG_OVERHEAD:
-            truncated = True
-            break
-        base_offset, length = offset_length(view, pos)
-        if length < _MIN_ENTRY_SIZE:
-            error = CorruptRecordError(
-                f"batch at offset {base_offset} (byte {pos}) declares length {length}, below the "
-                f"minimum of any format")
-            break
-        end = pos + _LOG_OVERHEAD + length
-        if end > n:
-            truncated = True
-            break
-        magic = view[pos + _MAGIC_POS]
-        if magic >= 128:
-            magic -= 256
-        try:
-            if magic == 2:
-                if length < _V2_HEADER_SIZE - _LOG_OVERHEAD:
-                    raise _Malformed(f"batch length {length} is below the v2 minimum")
-                (_bo, _len, _epoch, _magic, crc, attrs, last_delta, base_ts, max_ts,
-                 producer_id, _pepoch, _bseq, count) = header(view, pos)
-                if check_crcs:
-                    computed = crc32c(view[pos + _V2_CRC_START:end])
-                    if computed != crc:
-                        raise CorruptRecordError(
-                            f"record batch at offset {base_offset} failed its CRC-32C check "
-                            f"(stored 0x{crc:08x}, computed 0x{computed:08x})")
-                if count < 0:
-                    raise _Malformed(f"negative record count {count}")
-                last_offset = base_offset + last_delta
-                codec = attrs & _COMPRESSION_MASK
-                is_control = bool(attrs & _CONTROL_BIT)
-                skip = is_control
-                payload = None
-                if read_committed and producer_id >= 0:
-                    while pending_i < len(pending) and pending[pending_i][0] <= last_offset:
-                        aborted_pids.add(pending[pending_i][1])
-                        pending_i += 1
-                    if is_control:
-                        payload = _decompress(codec, view[pos + _V2_HEADER_SIZE:end], 2,
-                                              base_offset)
-                        if _control_type(payload, count) == CONTROL_ABORT:
-                            aborted_pids.discard(producer_id)
-                    elif attrs & _TRANSACTIONAL_BIT and producer_id in aborted_pids:
-                        skip = True
-                if (not skip and count > 0 and last_offset >= start_offset
-                        and base_offset < end_offset):
-                    if payload is None:
-                        if codec == 0:
-                            payload = view[pos + _V2_HEADER_SIZE:end]
-                        else:
-                            payload = _decompress(codec, view[pos + _V2_HEADER_SIZE:end], 2,
-                                                  base_offset)
-                    ts_type = (attrs >> 3) & 1
-                    kind = _FAST
-                    # (Every record takes at least one byte: a larger count is malformed, and
-                    # would make the vectorised path allocate per declared record.)
-                    if (count > len(payload)
-                            or not -_OFFSET_SAFE < base_offset < _OFFSET_SAFE
-                            or not -_TS_SAFE < (max_ts if ts_type else base_ts) < _TS_SAFE
-                            or len(payload) > _MAX_CHUNK_BUFFER):
-                        kind = _REF
-                    yield (kind, payload, count, base_offset, base_ts, ts_type, max_ts,
-                           last_delta)
-            elif magic == 0 or magic == 1:
-                if length < _LEGACY_MIN_SIZE[magic]:
-                    raise _Malformed(f"message size {length} is below the magic {magic} minimum")
-                recs: list[Record] = []
-                last_offset = _legacy_entry(view, pos, end, start_offset, end_offset,
-                                            check_crcs, recs)
-                if recs:
-                    yield (_RECS, recs)
-            else:
-                raise CorruptRecordError(
-                    f"unknown magic byte {magic} in batch at offset {base_offset}")
-        except _Malformed as exc:
-            error = CorruptRecordError(
-                f"malformed magic {magic} batch at offset {base_offset}: {exc}")
-            break
-        except (IndexError, struct.error) as exc:
-            error = CorruptRecordError(
-                f"malformed magic {magic} batch at offset {base_offset}: {exc}")
-            error.__cause__ = exc
-            break
-        except CorruptRecordError as exc:
-            error = exc
-            break
-        if last_offset >= next_offset:
-            next_offset = last_offset + 1
-        pos = end
-        if next_offset >= end_offset:
-            break
-    result.next_offset = next_offset
-    result.truncated = truncated
-    result.error = error
+    """The reference decoder's batch walk, as queue entries. Its error is not raised but left
+    in ``result``, once the entries before it are yielded."""
+    try:
+        for kept in walk_batches(view, start_offset=start_offset, end_offset=end_offset,
+                                 read_committed=read_committed,
+                                 aborted_transactions=aborted_transactions,
+                                 check_crcs=check_crcs, end_state=result):
+            if not isinstance(kept, V2Batch):
+                yield (_RECS, kept)
+                continue
+            # (Every record takes at least one byte: a larger count is malformed, and would
+            # make the vectorised path allocate per declared record.)
+            fast = (kept.count <= len(kept.payload)
+                    and -_OFFSET_SAFE < kept.base_offset < _OFFSET_SAFE
+                    and -_TS_SAFE < (kept.max_ts if kept.ts_type else kept.base_ts) < _TS_SAFE
+                    and len(kept.payload) <= _MAX_CHUNK_BUFFER)
+            yield (_FAST if fast else _REF,) + kept
+    except CorruptRecordError as exc:
+        result.error = exc
 
 
 def _reference_v2(item, lo, hi) -> list[Record]:
     """Decode one queued magic-2 batch with the reference decoder (raising its errors)."""
-    _kind, payload, count, base_offset, base_ts, ts_type, max_ts, _last_delta = item
     out: list[Record] = []
-    try:
-        _v2_records(bytes(payload), count, base_offset, base_ts, ts_type, max_ts, lo, hi, out)
-    except _Malformed as exc:
-        raise CorruptRecordError(
-            f"malformed magic 2 batch at offset {base_offset}: {exc}") from None
-    except (IndexError, struct.error) as exc:
-        raise CorruptRecordError(
-            f"malformed magic 2 batch at offset {base_offset}: {exc}") from exc
+    v2_batch_records(V2Batch(*item[1:]), lo, hi, out)
     return out
 
 
@@ -660,20 +545,18 @@ def _fields_fast(u16, u32, st, en, wide_ts=False, wide_offset=False, clamp=False
     else:
         def fix(a):
             return a
+
+    def delta(c, wide):
+        """(values, sizes) of the varints at cursors ``c``: 1-4 bytes if ``wide``, else 1-2."""
+        if wide:
+            return _varint_wide(u32, c)
+        w = u16[c]
+        return _VAL.take(w), _SIZE.take(w)
+
     c = fix(st + _LEN_ATTR.take(u16[st]))
-    if wide_ts:
-        tsd, size = _varint_wide(u32, c)
-    else:
-        w = u16[c]
-        tsd = _VAL.take(w)
-        size = _SIZE.take(w)
+    tsd, size = delta(c, wide_ts)
     c = fix(c + size)
-    if wide_offset:
-        od, size = _varint_wide(u32, c)
-    else:
-        w = u16[c]
-        od = _VAL.take(w)
-        size = _SIZE.take(w)
+    od, size = delta(c, wide_offset)
     c = fix(c + size)
     w = u16[c]
     knull = _NEG.take(w)

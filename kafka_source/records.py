@@ -477,37 +477,52 @@ def _legacy_entry(view, pos: int, end: int, lo: int, hi: int, check_crcs: bool,
 # Entry point
 # ------------------------------------------------------------------------------------------------
 
-def decode_records(data: bytes | memoryview, *, start_offset: int, end_offset: int,
-                   read_committed: bool = False,
-                   aborted_transactions: Sequence[tuple[int, int]] = (),
-                   check_crcs: bool = True) -> DecodeResult:
-    """Decode the records section of one partition of a FetchResponse.
+class V2Batch(NamedTuple):
+    """A magic-2 data batch the walk keeps: its records section, decompressed, and header fields."""
 
-    Returns the data records with ``start_offset <= offset < end_offset`` in offset order, the
-    offset the next fetch should start at and whether a trailing partial batch was present.
-    See the module docstring for the exact rules.
+    payload: bytes | memoryview  # uncompressed batches: a slice of the input, not a copy
+    count: int
+    base_offset: int
+    base_ts: int
+    ts_type: int
+    max_ts: int
+    last_delta: int
+
+
+@dataclass
+class WalkEnd:
+    """How :func:`walk_batches` ended (filled in when the walk finishes without an error)."""
+
+    next_offset: int = 0
+    truncated: bool = False
+
+
+def walk_batches(view: memoryview, *, start_offset: int, end_offset: int, read_committed: bool,
+                 aborted_transactions: Sequence[tuple[int, int]], check_crcs: bool,
+                 end_state: WalkEnd):
+    """The batch loop shared by both decoders: rules 1-3 and 5 of the module docstring.
+
+    Yields, in log order, a :class:`V2Batch` for each magic-2 data batch that may hold wanted
+    records (not control, not aborted, overlapping the offset window), and the list of wanted
+    records of each legacy entry. Raises :class:`CorruptRecordError` at the first bad batch,
+    after yielding everything before it. Decoding the records of a V2Batch is the caller's.
     """
-    view = memoryview(data)
-    if view.ndim != 1 or view.itemsize != 1:
-        view = view.cast("B")
     n = len(view)
-    records: list[Record] = []
     next_offset = start_offset
     truncated = False
-    if start_offset >= end_offset:
-        return DecodeResult(records, next_offset, truncated)
-
     pending = sorted(((int(first), int(pid)) for pid, first in aborted_transactions)
                      if read_committed else ())
     pending_i = 0
     aborted_pids: set[int] = set()
+    header = _V2_HEADER.unpack_from
+    offset_length = _OFFSET_LENGTH.unpack_from
 
     pos = 0
     while pos < n:
         if n - pos < _LOG_OVERHEAD:
             truncated = True
             break
-        base_offset, length = _OFFSET_LENGTH.unpack_from(view, pos)
+        base_offset, length = offset_length(view, pos)
         if length < _MIN_ENTRY_SIZE:
             raise CorruptRecordError(
                 f"batch at offset {base_offset} (byte {pos}) declares length {length}, below the "
@@ -519,12 +534,13 @@ def decode_records(data: bytes | memoryview, *, start_offset: int, end_offset: i
         magic = view[pos + _MAGIC_POS]
         if magic >= 128:
             magic -= 256
+        kept = None
         try:
             if magic == 2:
                 if length < _V2_HEADER_SIZE - _LOG_OVERHEAD:
                     raise _Malformed(f"batch length {length} is below the v2 minimum")
                 (_bo, _len, _epoch, _magic, crc, attrs, last_delta, base_ts, max_ts,
-                 producer_id, _pepoch, _bseq, count) = _V2_HEADER.unpack_from(view, pos)
+                 producer_id, _pepoch, _bseq, count) = header(view, pos)
                 if check_crcs:
                     computed = crc32c(view[pos + _V2_CRC_START:end])
                     if computed != crc:
@@ -552,15 +568,17 @@ def decode_records(data: bytes | memoryview, *, start_offset: int, end_offset: i
                 if (not skip and count > 0 and last_offset >= start_offset
                         and base_offset < end_offset):
                     if payload is None:
-                        payload = _decompress(codec, view[pos + _V2_HEADER_SIZE:end], 2,
-                                              base_offset)
-                    _v2_records(payload, count, base_offset, base_ts, (attrs >> 3) & 1, max_ts,
-                                start_offset, end_offset, records)
+                        section = view[pos + _V2_HEADER_SIZE:end]
+                        payload = section if codec == 0 else _decompress(codec, section, 2,
+                                                                         base_offset)
+                    kept = V2Batch(payload, count, base_offset, base_ts, (attrs >> 3) & 1,
+                                   max_ts, last_delta)
             elif magic == 0 or magic == 1:
                 if length < _LEGACY_MIN_SIZE[magic]:
                     raise _Malformed(f"message size {length} is below the magic {magic} minimum")
+                kept = []
                 last_offset = _legacy_entry(view, pos, end, start_offset, end_offset,
-                                            check_crcs, records)
+                                            check_crcs, kept)
             else:
                 raise CorruptRecordError(
                     f"unknown magic byte {magic} in batch at offset {base_offset}")
@@ -570,9 +588,54 @@ def decode_records(data: bytes | memoryview, *, start_offset: int, end_offset: i
         except (IndexError, struct.error) as exc:
             raise CorruptRecordError(
                 f"malformed magic {magic} batch at offset {base_offset}: {exc}") from exc
+        if kept:
+            yield kept
         if last_offset >= next_offset:
             next_offset = last_offset + 1
         pos = end
         if next_offset >= end_offset:
             break
-    return DecodeResult(records, next_offset, truncated)
+    end_state.next_offset = next_offset
+    end_state.truncated = truncated
+
+
+def v2_batch_records(batch: V2Batch, start_offset: int, end_offset: int,
+                     out: list[Record]) -> None:
+    """Append the records of ``batch`` within ``[start_offset, end_offset)`` to ``out``."""
+    try:
+        _v2_records(bytes(batch.payload), batch.count, batch.base_offset, batch.base_ts,
+                    batch.ts_type, batch.max_ts, start_offset, end_offset, out)
+    except _Malformed as exc:
+        raise CorruptRecordError(
+            f"malformed magic 2 batch at offset {batch.base_offset}: {exc}") from None
+    except (IndexError, struct.error) as exc:
+        raise CorruptRecordError(
+            f"malformed magic 2 batch at offset {batch.base_offset}: {exc}") from exc
+
+
+def decode_records(data: bytes | memoryview, *, start_offset: int, end_offset: int,
+                   read_committed: bool = False,
+                   aborted_transactions: Sequence[tuple[int, int]] = (),
+                   check_crcs: bool = True) -> DecodeResult:
+    """Decode the records section of one partition of a FetchResponse.
+
+    Returns the data records with ``start_offset <= offset < end_offset`` in offset order, the
+    offset the next fetch should start at and whether a trailing partial batch was present.
+    See the module docstring for the exact rules.
+    """
+    view = memoryview(data)
+    if view.ndim != 1 or view.itemsize != 1:
+        view = view.cast("B")
+    records: list[Record] = []
+    if start_offset >= end_offset:
+        return DecodeResult(records, start_offset, False)
+    end = WalkEnd()
+    for kept in walk_batches(view, start_offset=start_offset, end_offset=end_offset,
+                             read_committed=read_committed,
+                             aborted_transactions=aborted_transactions, check_crcs=check_crcs,
+                             end_state=end):
+        if isinstance(kept, V2Batch):
+            v2_batch_records(kept, start_offset, end_offset, records)
+        else:
+            records.extend(kept)
+    return DecodeResult(records, end.next_offset, end.truncated)

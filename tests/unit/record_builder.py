@@ -183,6 +183,20 @@ class R:
     offset_delta: int | None = None
 
 
+def nulls_and_empties() -> list[R]:
+    """Keys and values that are set, null, empty, tombstones, and large random ones."""
+    import os
+
+    return [
+        R(key=b"key-0", value=b"value-0"),
+        R(key=None, value=b"null key"),
+        R(key=b"", value=b""),
+        R(key=b"tomb", value=None),
+        R(key=None, value=None),
+        R(key=os.urandom(300), value=os.urandom(5000)),
+    ]
+
+
 def encode_record(offset_delta: int, timestamp_delta: int, key, value, headers) -> bytes:
     body = bytearray()
     body.append(0)  # attributes

@@ -163,14 +163,7 @@ def test_empty_input_and_empty_window():
 
 @pytest.mark.parametrize("codec", rb.CODECS)
 def test_every_codec_nulls_and_empties(codec):
-    recs = [
-        R(key=b"key-0", value=b"value-0"),
-        R(key=None, value=b"null key"),
-        R(key=b"", value=b""),
-        R(key=b"tomb", value=None),
-        R(key=None, value=None),
-        R(key=os.urandom(300), value=os.urandom(5000)),
-    ]
+    recs = rb.nulls_and_empties()
     b = rb.v2_batch(recs, 1000, codec=codec)
     got = rows(b.data, start=1000)
     assert [r["offset"] for r in got] == list(range(1000, 1006))

@@ -72,14 +72,7 @@ def test_crc32c_numpy_on_structured_data():
 
 @pytest.mark.parametrize("codec", rb.CODECS)
 def test_v2_every_codec(codec):
-    recs = [
-        R(key=b"key-0", value=b"value-0"),
-        R(key=None, value=b"null key"),
-        R(key=b"", value=b""),
-        R(key=b"tomb", value=None),
-        R(key=None, value=None),
-        R(key=os.urandom(300), value=os.urandom(5000)),
-    ]
+    recs = rb.nulls_and_empties()
     b = rb.v2_batch(recs, base_offset=1000, codec=codec)
     res = dec(b.data, start=1000)
     assert res.records == b.records
