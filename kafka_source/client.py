@@ -136,10 +136,6 @@ class BrokerClient:
             result[topic.name] = TopicInfo(topic.name, topic.error_code, parts)
         return result
 
-    def list_topics(self) -> list[str]:
-        return sorted(name for name, info in self.metadata(None).items()
-                      if info.error_code == 0 and not name.startswith("__"))
-
     def partitions_of(self, topics: Iterable[str]) -> dict[str, list[int]]:
         """Partition ids of each topic; a clear error for topics that do not exist."""
         wanted = sorted(set(topics))

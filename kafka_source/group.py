@@ -182,8 +182,7 @@ class GroupMember:
                     f"Could not join consumer group '{self.group_id}' within {budget_ms / 1000:.0f}"
                     f" s (kafka.max.poll.interval.ms + kafka.session.timeout.ms + "
                     f"kafka.request.timeout.ms); last error: {last_error}.")
-            time.sleep(min(self.retry_backoff_ms / 1000 * 2 ** min(failures - 1, 6),
-                           _MAX_BACKOFF_S))
+            self._backoff(failures)
 
     def _join_once(self, topics: frozenset[str]) -> bool:
         """One JoinGroup + SyncGroup round; True when the member is in a stable generation."""
@@ -302,6 +301,10 @@ class GroupMember:
             raise KafkaSourceError(f"{what} for consumer group '{self.group_id}' failed: "
                                    f"{err.__name__} ({getattr(err, 'description', '')}).")
 
+    def _backoff(self, failures: int) -> None:
+        """Exponential backoff from ``kafka.retry.backoff.ms``, at most _MAX_BACKOFF_S."""
+        time.sleep(min(self.retry_backoff_ms / 1000 * 2 ** min(failures - 1, 6), _MAX_BACKOFF_S))
+
     def _coordinator(self):
         if self._node is None:
             try:
@@ -331,8 +334,7 @@ class GroupMember:
                 raise KafkaSourceError(f"{what} for consumer group '{self.group_id}' did not "
                                        f"succeed within {self.request_timeout_ms} ms "
                                        "(kafka.request.timeout.ms).")
-            time.sleep(min(self.retry_backoff_ms / 1000 * 2 ** min(failures - 1, 6),
-                           _MAX_BACKOFF_S))
+            self._backoff(failures)
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         """The group's committed offset of each partition (None where there is none)."""

@@ -37,24 +37,50 @@ class OffsetRange:
         return (self.topic, self.partition)
 
 
-def subscribed_partitions(client: BrokerClient, sub: Subscription) -> list[TopicPartition]:
-    """Every topic-partition the subscription covers right now, sorted."""
-    if sub.kind == "subscribe":
-        per_topic = client.partitions_of(sub.topics)
-        return sorted((t, p) for t, ps in per_topic.items() for p in ps)
+def subscription_topics(sub: Subscription) -> set[str] | None:
+    """The topics to ask Metadata about for ``sub`` (None: all of them, for a pattern)."""
     if sub.kind == "subscribePattern":
-        topics = [t for t in client.list_topics() if sub.matches(t)]
-        if not topics:
+        return None
+    return set(sub.topics) if sub.kind == "subscribe" else {t for t, _ in sub.assignment}
+
+
+def partitions_in_metadata(client: BrokerClient, sub: Subscription, infos: Mapping, *,
+                           strict: bool) -> tuple[list[TopicPartition], dict[str, int]]:
+    """The partitions ``sub`` covers in ``infos`` (Metadata of :func:`subscription_topics`),
+    sorted, and the partition count of each topic read.
+
+    ``strict``: a topic that is missing or unreadable, a pattern that matches nothing and an
+    assigned partition the topic lacks are errors; otherwise they are left out.
+    """
+    if sub.kind == "subscribePattern":
+        topics = sorted(t for t, i in infos.items()
+                        if i.error_code == 0 and not t.startswith("__") and sub.matches(t))
+        if strict and not topics:
             raise TopicError(f"Option 'subscribePattern' ('{sub.pattern}') matches no topic on "
                              f"the Kafka cluster at '{client.bootstrap_servers}'.")
-        per_topic = client.partitions_of(topics)
-        return sorted((t, p) for t, ps in per_topic.items() for p in ps)
-    per_topic = client.partitions_of({t for t, _ in sub.assignment})
-    for topic, partition in sub.assignment:
-        if partition not in per_topic[topic]:
-            raise TopicError(f"Option 'assign' names {topic}-{partition}, but topic '{topic}' "
-                             f"has partitions {per_topic[topic]}.")
-    return sorted(sub.assignment)
+    else:
+        topics = []
+        for t in sorted(subscription_topics(sub)):
+            info = infos.get(t)
+            if info is not None and info.error_code == 0:
+                topics.append(t)
+            elif strict:
+                client.partitions_of([t])  # raises the clear error for this topic
+    result = sorted((t, p) for t in topics for p in infos[t].partitions)
+    if sub.kind == "assign":
+        if strict:
+            for topic, partition in sorted(set(sub.assignment) - set(result)):
+                raise TopicError(f"Option 'assign' names {topic}-{partition}, but topic "
+                                 f"'{topic}' has partitions "
+                                 f"{sorted(p for t, p in result if t == topic)}.")
+        result = sorted(set(result) & set(sub.assignment))
+    return result, {t: len(infos[t].partitions) for t in topics}
+
+
+def subscribed_partitions(client: BrokerClient, sub: Subscription) -> list[TopicPartition]:
+    """Every topic-partition the subscription covers right now, sorted."""
+    infos = client.metadata(subscription_topics(sub))
+    return partitions_in_metadata(client, sub, infos, strict=True)[0]
 
 
 def _check_spec_partitions(spec: OffsetSpec, partitions: list[TopicPartition]) -> None:

@@ -42,9 +42,10 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
 from .admission import hold_back, rate_limit
 from .client import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient, RetriableBrokerError,
                      TopicPartition, error_for)
-from .errors import DataLossError, OptionError, TopicError
+from .errors import DataLossError, OptionError
 from .executor import read_input_partition
-from .offsets import OffsetRange, OffsetResolver, check_start_for_data_loss
+from .offsets import (OffsetRange, OffsetResolver, check_start_for_data_loss,
+                      partitions_in_metadata, subscription_topics)
 from .options import StreamOptions
 from .planning import ReadSettings, input_partitions, split_ranges
 
@@ -117,7 +118,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         src = self.options.source
         spec = src.starting
         if spec.kind == "group":
-            positions = self._adopt(owned, partitions, new_partitions=False)
+            positions = self._adopt(owned, new_partitions=False)
         else:
             resolver = OffsetResolver(self.client, src, list(owned), all_partitions=partitions)
             starts = resolver.resolve(spec, is_start=True)
@@ -152,11 +153,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._commit_completed(start_pos)
         previous = self._previous
         self._previous = frozenset(owned)
-        # Keep: owned now and before (or, first trigger after a restart, in the checkpoint).
-        kept = {tp: off for tp, off in start_pos.items()
-                if tp in owned and (previous is None or tp in previous)}
+        kept = self._trusted(start_pos, owned, previous)
         new = [tp for tp in owned if tp not in start_pos]
-        adopted = self._adopt(new, partitions, new_partitions=True) if new else {}
+        adopted = self._adopt(new, new_partitions=True)
         latest = self._list(list(kept), LATEST_TIMESTAMP)
         self._latest = {**latest, **adopted}
         end = self._admit(kept, self._check_latest(kept, latest), limit)
@@ -210,35 +209,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _current_partitions(self, *, strict: bool) -> list[TopicPartition]:
         """Every partition the subscription covers now (strict: missing topics are errors)."""
         sub = self.options.source.subscription
-        wanted = None if sub.kind == "subscribePattern" else (
-            sub.topics if sub.kind == "subscribe" else {t for t, _ in sub.assignment})
-        infos = self._metadata(wanted)
-        if sub.kind == "subscribePattern":
-            topics = [t for t, i in infos.items()
-                      if i.error_code == 0 and not t.startswith("__") and sub.matches(t)]
-            if strict and not topics:
-                raise TopicError(f"Option 'subscribePattern' ('{sub.pattern}') matches no topic "
-                                 f"on the Kafka cluster at '{self.client.bootstrap_servers}'.")
-        else:
-            topics = []
-            for t in sorted(wanted):
-                info = infos.get(t)
-                if info is not None and info.error_code == 0:
-                    topics.append(t)
-                elif strict:
-                    self.client.partitions_of([t])  # raises the clear error for this topic
-        result = sorted((t, p) for t in topics for p in infos[t].partitions)
-        if sub.kind == "assign":
-            wanted_parts = set(sub.assignment)
-            if strict:
-                for topic, partition in sorted(wanted_parts - set(result)):
-                    raise TopicError(f"Option 'assign' names {topic}-{partition}, but topic "
-                                     f"'{topic}' has partitions "
-                                     f"{sorted(p for t, p in result if t == topic)}.")
-            result = [tp for tp in result if tp in wanted_parts]
+        infos = self._metadata(subscription_topics(sub))
+        result, self._counts = partitions_in_metadata(self.client, sub, infos, strict=strict)
         if self._known is None:
             self._known = set(result)
-        self._counts = {t: len(infos[t].partitions) for t in topics}
         return result
 
     def _metadata(self, topics):
@@ -272,15 +246,22 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         if self._initial is not None and completed == self._initial:
             return  # the query's starting point, not the end of a batch
-        owned = set(self.member.assignment)
-        previous = self._previous
-        todo = {tp: off for tp, off in completed.items()
-                if tp in owned and (previous is None or tp in previous)
-                and self._committed.get(tp) != off}
+        todo = {tp: off for tp, off in self._trusted(completed, self.member.assignment,
+                                                      self._previous).items()
+                if self._committed.get(tp) != off}
         if todo and self.member.commit(todo):
             self._committed.update(todo)
 
-    def _adopt(self, partitions: list[TopicPartition], all_partitions: list[TopicPartition], *,
+    @staticmethod
+    def _trusted(offsets: Offsets, owned, previous: frozenset | None) -> Offsets:
+        """The offsets of partitions this member owns now and owned at the last trigger -- or,
+        at the first trigger after a restart, of every owned one (the checkpoint's). A partition
+        that came back after another member had it is not among them: its offset is stale."""
+        owned = set(owned)
+        return {tp: off for tp, off in offsets.items()
+                if tp in owned and (previous is None or tp in previous)}
+
+    def _adopt(self, partitions: list[TopicPartition], *,
                new_partitions: bool) -> Offsets:
         """Starting offsets of partitions this member just got: committed, else reset."""
         if not partitions:

@@ -9,7 +9,6 @@ for about half of it; a real Kafka broker refuses less than 6 s (group.min.sessi
 from __future__ import annotations
 
 import math
-import tempfile
 import threading
 import time
 

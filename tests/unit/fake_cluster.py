@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from kafka_source.client import RetriableBrokerError
+from kafka_source.client import PartitionInfo, RetriableBrokerError, TopicInfo
 from kafka_source.errors import TopicError
 
 OFFSET_OUT_OF_RANGE = 1
+UNKNOWN_TOPIC_OR_PARTITION = 3
 NOT_LEADER_OR_FOLLOWER = 6
 
 
@@ -34,6 +35,8 @@ class FakeCluster:
         self.fetches: list[tuple[int, dict]] = []
         self.script: list = []   # queued partition error codes / exceptions for the next fetches
         self.bootstrap_servers = "fake:9092"
+        self.metadata_calls: list = []
+        self.topic_errors: dict[str, list[int]] = {}   # topic -> queued error codes
 
     def hw(self, tp) -> int:
         log = self.logs[tp]
@@ -53,8 +56,24 @@ class FakeCluster:
             result[topic] = parts
         return result
 
-    def list_topics(self):
-        return sorted({t for t, _ in self.logs})
+    def metadata(self, topics):
+        """Metadata as a broker answers it, without auto-creating topics; a topic with queued
+        codes in ``topic_errors`` answers the next one instead."""
+        self.metadata_calls.append(None if topics is None else sorted(topics))
+        names = sorted({t for t, _ in self.logs} | {"__consumer_offsets"}) if topics is None \
+            else sorted(set(topics))
+        result = {}
+        for topic in names:
+            queued = self.topic_errors.get(topic)
+            if queued:
+                result[topic] = TopicInfo(topic, queued.pop(0), {})
+                continue
+            parts = {p: PartitionInfo(self.leader, 0) for t, p in self.logs if t == topic}
+            if topic == "__consumer_offsets":
+                parts = {0: PartitionInfo(self.leader, 0)}
+            # What a broker answers for a topic that does not exist (no auto-creation).
+            result[topic] = TopicInfo(topic, 0 if parts else UNKNOWN_TOPIC_OR_PARTITION, parts)
+        return result
 
     def leaders(self, tps):
         return {tp: self.leader for tp in tps}

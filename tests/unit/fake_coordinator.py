@@ -194,6 +194,15 @@ class FakeCoordinator:
         if self._shut_down:
             raise CoordinatorShutDown("the fake coordinator was shut down")
 
+    def _wait(self, deadline: float, request: str) -> None:
+        """Wait (holding the condition) for the group to change, or time the request out."""
+        self._check_running()
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise RetriableBrokerError(f"{self.coordinator_node}: {request} request timed out "
+                                       "(client side)")
+        self._cond.wait(min(remaining, _POLL_S))
+
     def client(self, client_id: str = "fake-client", request_timeout_ms: int = 30_000
                ) -> "FakeClient":
         c = FakeClient(self, client_id, request_timeout_ms)
@@ -482,12 +491,7 @@ class FakeCoordinator:
             if member.joined_generation is not None:
                 member.joined_generation = None
                 return self._join_success(g, member_id, version)
-            self._check_running()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise RetriableBrokerError(f"{self.coordinator_node}: JoinGroup request timed "
-                                           "out (client side)")
-            self._cond.wait(min(remaining, _POLL_S))
+            self._wait(deadline, "JoinGroup")
 
     def _supports(self, g: Group, member_id: str, protocol_type: str, names: list[str]) -> bool:
         others = [m for mid, m in g.members.items() if mid != member_id]
@@ -598,12 +602,7 @@ class FakeCoordinator:
                 return answer(REBALANCE_IN_PROGRESS)
             if g.state == STABLE:
                 return answer(NONE, g.members[member_id].assignment)
-            self._check_running()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise RetriableBrokerError(f"{self.coordinator_node}: SyncGroup request timed "
-                                           "out (client side)")
-            self._cond.wait(min(remaining, _POLL_S))
+            self._wait(deadline, "SyncGroup")
 
     # --- Heartbeat / LeaveGroup -----------------------------------------------------------------
 

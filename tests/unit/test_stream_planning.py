@@ -15,14 +15,12 @@ import pytest
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows, ReadMinRows)
 
 import kafka_source.stream as stream_module
-from kafka_source.client import PartitionInfo, TopicInfo
 from kafka_source.errors import DataLossError, OptionError, TopicError
 from kafka_source.options import parse_stream_options
 from kafka_source.stream import KafkaStreamReader, decode_offsets, encode_offsets
 
 from .fake_cluster import FakeCluster, FakeLog
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
 LEADER_NOT_AVAILABLE = 5
 
 
@@ -34,8 +32,6 @@ class Cluster(FakeCluster):
     def __init__(self, partitions: dict | None = None):
         super().__init__({})
         self.closed = False
-        self.metadata_calls: list = []
-        self.topic_errors: dict[str, list[int]] = {}   # topic -> queued error codes
         for tp, end in (partitions or {}).items():
             self.set(tp, end)
 
@@ -49,23 +45,6 @@ class Cluster(FakeCluster):
     def delete_topic(self, topic):
         for tp in [tp for tp in self.logs if tp[0] == topic]:
             del self.logs[tp]
-
-    def metadata(self, topics):
-        self.metadata_calls.append(None if topics is None else sorted(topics))
-        names = sorted({t for t, _ in self.logs} | {"__consumer_offsets"}) if topics is None \
-            else sorted(set(topics))
-        result = {}
-        for topic in names:
-            queued = self.topic_errors.get(topic)
-            if queued:
-                result[topic] = TopicInfo(topic, queued.pop(0), {})
-                continue
-            parts = {p: PartitionInfo(self.leader, 0) for t, p in self.logs if t == topic}
-            if topic == "__consumer_offsets":
-                parts = {0: PartitionInfo(self.leader, 0)}
-            # What a broker answers for a topic that does not exist (no auto-creation).
-            result[topic] = TopicInfo(topic, 0 if parts else UNKNOWN_TOPIC_OR_PARTITION, parts)
-        return result
 
     def close(self):
         self.closed = True
