@@ -6,7 +6,7 @@
 
 What it does:
 
-1. Selects a broker with ``kafka_source.testing.select_broker()`` (``KAFKA_BOOTSTRAP_SERVERS``,
+1. Selects a broker with ``kafka_source.testing.brokers.select_broker()`` (``KAFKA_BOOTSTRAP_SERVERS``,
    else Docker/testcontainers, else the embedded Tansu broker).
 2. Creates one topic per workload (``bench-1m-100b-4p-lz4`` ...) and fills it with exactly
    ``--records`` records of ``--size`` bytes, spread evenly over ``--partitions`` partitions, using
@@ -20,7 +20,7 @@ What it does:
    each; consumer creation included).
 4. Memory: one partition of ~1 GB (``--memory-records`` x ``--memory-size``) read by pykafka at
    ``local[1]``; peak RSS of the executor's Python worker processes, against 512 MB.
-5. Idle trigger: if ``kafka_source.stream`` exists, the driver-side cost of a micro-batch trigger
+5. Idle trigger: if ``kafka_source.read.stream`` exists, the driver-side cost of a micro-batch trigger
    with no new data (``latestOffset`` + ``partitions``), against 50 ms.
 6. Prints a table and PASS/FAIL lines for the targets, writes JSON to
    ``benchmarks/results/<timestamp>.json`` (and ``--json PATH``).

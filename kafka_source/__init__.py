@@ -8,17 +8,18 @@
           .load())
     stream = spark.readStream.format("pykafka").option(...).option("kafka.group.id", "g").load()
 
-How a record travels, module by module:
+How a record travels, folder by folder:
 
-    options, client_config  parse and validate the user's options (driver)
-    offsets, planning       resolve offset ranges and split them into Spark tasks (driver)
-    stream, admission       streams: each trigger's end offsets, rate limits (driver)
-    group, assignors        streams: consumer-group membership and commits (driver)
-    client                  Kafka protocol requests: Metadata, ListOffsets, Fetch
-    executor, fetcher       the fetch loop for a task's ranges (executor)
-    records, codecs         decode record batches: codecs, control records, transactions
-    arrow, schema           records -> Arrow batches with Spark's Kafka schema
-    batch, stream, datasource  the Spark DataSource / reader glue
+    config/   options, client_config   parse and validate the user's options (driver)
+    read/     offsets, planning        resolve offset ranges and split them into Spark tasks
+              stream, admission        streams: each trigger's end offsets, rate limits
+    group/    member, assignors        streams: consumer-group membership and commits (driver)
+    read/     executor, fetcher        the fetch loop for a task's ranges (executor)
+    wire/     client                   Kafka protocol requests: Metadata, ListOffsets, Fetch, ...
+              records, fast_decode,    record batches -> Arrow columns: codecs, control records,
+              codecs, arrow            transactions
+    schema, datasource                 Spark's Kafka schema; the DataSource glue
+    testing/                           brokers for the tests, the demo and the benchmarks
 
 Importing this package starts nothing and opens no socket.
 """

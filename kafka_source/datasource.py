@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from .options import (_lower_keys, parse_batch_options, parse_bool, parse_stream_options,
+from .config.options import (_lower_keys, parse_batch_options, parse_bool, parse_stream_options,
                       validate_common_options)
 from .schema import spark_schema
 
@@ -26,11 +26,11 @@ class KafkaDataSource(DataSource):
         return spark_schema(parse_bool(_lower_keys(self.options), "includeHeaders", False))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from .batch import KafkaBatchReader
+        from .read.batch import KafkaBatchReader
 
         return KafkaBatchReader(parse_batch_options(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from .stream import KafkaStreamReader
+        from .read.stream import KafkaStreamReader
 
         return KafkaStreamReader(parse_stream_options(self.options))

@@ -28,7 +28,7 @@ KINDS = ["view", "view", "view", "click", "add_to_cart", "purchase"]
 def produce_events(bootstrap: str, topic: str) -> None:
     rnd = random.Random(2026)
     # One record per request: the embedded broker misreports the end offset of multi-record
-    # batches (see kafka_source/testing.py), and the demo reads up to "latest".
+    # batches (see kafka_source/testing/brokers.py), and the demo reads up to "latest".
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, acks=1)
     started = time.time()
     for i in range(EVENTS):

@@ -1,11 +1,11 @@
 """Session fixtures shared by the whole suite.
 
 Broker (``kafka_broker``, ``bootstrap_servers``, ``broker_kind``): one per session, chosen by
-:func:`kafka_source.testing.select_broker` -- ``KAFKA_BOOTSTRAP_SERVERS`` if set, else Kafka in
+:func:`kafka_source.testing.brokers.select_broker` -- ``KAFKA_BOOTSTRAP_SERVERS`` if set, else Kafka in
 Docker via testcontainers if a Docker engine answers, else the embedded Tansu broker. If it cannot
 be started the tests that need it ERROR (they are never skipped for that).
 
-Tansu deviates from Kafka in a few places (see ``kafka_source.testing``). A test that depends on
+Tansu deviates from Kafka in a few places (see ``kafka_source.testing.brokers``). A test that depends on
 exact Kafka behaviour there skips on the embedded broker only, in one of these ways::
 
     @pytest.mark.skip_on_embedded("needs exact end offsets")

@@ -1,4 +1,4 @@
-"""Tests of the broker utilities in kafka_source.testing (used by the suite, demo and benchmarks)."""
+"""Tests of the broker utilities in kafka_source.testing.brokers (used by the suite, demo and benchmarks)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from kafka_source import testing
+from kafka_source.testing import brokers as testing
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""A scripted stand-in for :class:`kafka_source.client.BrokerClient`.
+"""A scripted stand-in for :class:`kafka_source.wire.client.BrokerClient`.
 
 It holds, per partition, a log of record batches (bytes crafted by ``record_builder``), a log
 start offset and aborted-transaction entries, and answers ``fetch``/``list_offsets``/``leaders``
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from kafka_source.client import PartitionInfo, RetriableBrokerError, TopicInfo
+from kafka_source.wire.client import PartitionInfo, RetriableBrokerError, TopicInfo
 from kafka_source.errors import TopicError
 
 OFFSET_OUT_OF_RANGE = 1

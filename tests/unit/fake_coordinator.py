@@ -3,7 +3,7 @@
 :class:`FakeCoordinator` keeps the classic (eager) consumer-group state machine of Kafka's
 ``GroupCoordinator`` for any number of groups -- ``Empty`` -> ``PreparingRebalance`` ->
 ``CompletingRebalance`` -> ``Stable`` -- closely enough to test
-:class:`kafka_source.group.GroupMember` against it:
+:class:`kafka_source.group.member.GroupMember` against it:
 
 * JoinGroup blocks until every known member has (re)joined or the rebalance timeout (the largest
   ``rebalance_timeout_ms`` of the members) has passed; members that did not rejoin are removed.
@@ -49,7 +49,7 @@ from kafka.protocol.consumer import (HeartbeatRequest, HeartbeatResponse, JoinGr
                                      OffsetFetchRequest, OffsetFetchResponse, SyncGroupRequest,
                                      SyncGroupResponse)
 
-from kafka_source.client import PartitionInfo, RetriableBrokerError, TopicInfo
+from kafka_source.wire.client import PartitionInfo, RetriableBrokerError, TopicInfo
 
 NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = Errors.UnknownTopicOrPartitionError.errno
@@ -133,7 +133,7 @@ class Group:
     completed_rebalances: int = 0                 # generations that reached Stable
 
     def assignment_of(self, member_id: str):
-        from kafka_source.assignors import Assignment
+        from kafka_source.group.assignors import Assignment
         return Assignment.decode(self.members[member_id].assignment)
 
 
@@ -792,7 +792,7 @@ def _fetch_response(version: int, group_id: str, rows):
 
 class FakeClient:
     """One connection's view of :class:`FakeCoordinator`: the ``BrokerClient`` API that
-    :class:`kafka_source.group.GroupMember` uses."""
+    :class:`kafka_source.group.member.GroupMember` uses."""
 
     def __init__(self, coordinator: FakeCoordinator, client_id: str, request_timeout_ms: int):
         self.coordinator = coordinator

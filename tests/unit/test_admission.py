@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafka_source.admission import backlog, hold_back, rate_limit
+from kafka_source.read.admission import backlog, hold_back, rate_limit
 
 
 def tp(p, topic="t"):

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafka_source.assignors import (
+from kafka_source.group.assignors import (
     Assignment,
     PartitionAssignor,
     RangeAssignor,
@@ -454,7 +454,7 @@ def not_a_class():
 @pytest.mark.parametrize("spec, cls", [
     ("range", RangeAssignor), ("RANGE", RangeAssignor), (" Range ", RangeAssignor),
     ("roundrobin", RoundRobinAssignor), ("RoundRobin", RoundRobinAssignor),
-    ("kafka_source.assignors:RangeAssignor", RangeAssignor),
+    ("kafka_source.group.assignors:RangeAssignor", RangeAssignor),
 ])
 def test_load_builtin(spec, cls):
     assignor = load_assignor(spec)
@@ -555,7 +555,7 @@ def test_validate_errors(result, fragment):
 
 
 def test_validate_warns_about_unassigned_partitions(caplog):
-    with caplog.at_level(logging.WARNING, logger="kafka_source.assignors"):
+    with caplog.at_level(logging.WARNING, logger="kafka_source.group.assignors"):
         result = validate_assignment({"a": tp("tp0")}, {**PPT, "orphan": 2}, SUBS, "mine")
     assert result == {"a": tp("tp0"), "b": []}
     messages = [r.getMessage() for r in caplog.records]
@@ -565,7 +565,7 @@ def test_validate_warns_about_unassigned_partitions(caplog):
 
 
 def test_validate_no_warning_when_complete(caplog):
-    with caplog.at_level(logging.WARNING, logger="kafka_source.assignors"):
+    with caplog.at_level(logging.WARNING, logger="kafka_source.group.assignors"):
         validate_assignment(RangeAssignor().assign(PPT, SUBS), PPT, SUBS, "range")
     assert not caplog.records
 

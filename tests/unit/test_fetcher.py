@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kafka_source.errors import DataLossError, KafkaSourceError
-from kafka_source.fetcher import FetchSettings, RangeFetcher
-from kafka_source.offsets import OffsetRange
+from kafka_source.read.fetcher import FetchSettings, RangeFetcher
+from kafka_source.read.offsets import OffsetRange
 
 from .fake_cluster import NOT_LEADER_OR_FOLLOWER, FakeCluster, FakeLog, unreachable
 from .record_builder import R, control_batch, v2_batch

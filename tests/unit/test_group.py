@@ -1,4 +1,4 @@
-"""GroupMember (kafka_source.group) against an in-process fake group coordinator.
+"""GroupMember (kafka_source.group.member) against an in-process fake group coordinator.
 
 The fake (tests/unit/fake_coordinator.py) keeps Kafka's classic group state machine, so most
 scenarios here are driven the way they happen on a broker (another member joins, a member is
@@ -13,12 +13,12 @@ import time
 import kafka.errors as Errors
 import pytest
 
-from kafka_source.assignors import (Assignment, PartitionAssignor, RangeAssignor,
+from kafka_source.group.assignors import (Assignment, PartitionAssignor, RangeAssignor,
                                     RoundRobinAssignor, Subscription)
-from kafka_source.client import RetriableBrokerError
+from kafka_source.wire.client import RetriableBrokerError
 from kafka_source.errors import KafkaSourceError, OptionError
-from kafka_source.group import GroupMember
-from kafka_source.options import GroupOptions
+from kafka_source.group.member import GroupMember
+from kafka_source.config.options import GroupOptions
 
 from .fake_coordinator import (COMPLETING_REBALANCE, COORDINATOR_LOAD_IN_PROGRESS,
                                COORDINATOR_NOT_AVAILABLE, EMPTY, FIND_COORDINATOR,

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from kafka_source.errors import DataLossError, OptionError, TopicError
-from kafka_source.offsets import OffsetRange, plan_batch_ranges
-from kafka_source.options import parse_batch_options
+from kafka_source.read.offsets import OffsetRange, plan_batch_ranges
+from kafka_source.config.options import parse_batch_options
 
 from .fake_cluster import FakeCluster, FakeLog
 from .record_builder import R, v2_batch

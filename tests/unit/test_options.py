@@ -3,7 +3,7 @@
 import pytest
 
 from kafka_source.errors import OptionError
-from kafka_source.options import parse_batch_options
+from kafka_source.config.options import parse_batch_options
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
 

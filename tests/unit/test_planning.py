@@ -2,8 +2,8 @@
 
 import pickle
 
-from kafka_source.offsets import OffsetRange
-from kafka_source.planning import (KafkaInputPartition, ReadSettings, input_partitions,
+from kafka_source.read.offsets import OffsetRange
+from kafka_source.read.planning import (KafkaInputPartition, ReadSettings, input_partitions,
                                    split_ranges)
 
 

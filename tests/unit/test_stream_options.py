@@ -5,7 +5,7 @@ import logging
 import pytest
 
 from kafka_source.errors import OptionError
-from kafka_source.options import (DEFAULT_GROUP_ID_PREFIX, GroupOptions, StreamOptions,
+from kafka_source.config.options import (DEFAULT_GROUP_ID_PREFIX, GroupOptions, StreamOptions,
                                   parse_stream_options)
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "events"}
@@ -116,7 +116,7 @@ def test_max_trigger_delay_durations(value, ms):
 
 
 def test_max_trigger_delay_without_min_offsets_warns(caplog):
-    with caplog.at_level(logging.WARNING, logger="kafka_source.options"):
+    with caplog.at_level(logging.WARNING, logger="kafka_source.config.options"):
         stream(maxTriggerDelay="1m")
     assert "maxTriggerDelay" in caplog.text and "minOffsetsPerTrigger" in caplog.text
 

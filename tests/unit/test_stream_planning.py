@@ -14,10 +14,10 @@ import logging
 import pytest
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows, ReadMinRows)
 
-import kafka_source.stream as stream_module
+import kafka_source.read.stream as stream_module
 from kafka_source.errors import DataLossError, OptionError, TopicError
-from kafka_source.options import parse_stream_options
-from kafka_source.stream import KafkaStreamReader, decode_offsets, encode_offsets
+from kafka_source.config.options import parse_stream_options
+from kafka_source.read.stream import KafkaStreamReader, decode_offsets, encode_offsets
 
 from .fake_cluster import FakeCluster, FakeLog
 
@@ -51,7 +51,7 @@ class Cluster(FakeCluster):
 
 
 class FakeMember:
-    """Stands in for :class:`kafka_source.group.GroupMember`.
+    """Stands in for :class:`kafka_source.group.member.GroupMember`.
 
     ``assign(...)`` scripts the assignment the next ``ensure_active`` (the next rejoin) returns;
     until then ``assignment`` is the old one, as with a rebalance the heartbeat thread noticed.

@@ -38,9 +38,9 @@ from kafka.protocol.consumer import (HeartbeatRequest, JoinGroupRequest, LeaveGr
                                      OffsetCommitRequest, OffsetFetchRequest, SyncGroupRequest)
 
 from .assignors import Assignment, PartitionAssignor, Subscription, validate_assignment
-from .client import BrokerClient, RetriableBrokerError, TopicPartition, error_for
-from .errors import KafkaSourceError, OptionError
-from .options import GroupOptions
+from ..wire.client import BrokerClient, RetriableBrokerError, TopicPartition, error_for
+from ..errors import KafkaSourceError, OptionError
+from ..config.options import GroupOptions
 
 log = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 
 For each range it finds the leader, sends Fetch requests from the current position, decodes the
 returned record batches and hands the records on, until the position reaches the range's end:
-as Arrow batches straight from the bytes (:func:`kafka_source.fast_decode.decode_to_arrow`, the
-executors' path), or as Python records (:func:`kafka_source.records.decode_records`, the
+as Arrow batches straight from the bytes (:func:`kafka_source.wire.fast_decode.decode_to_arrow`, the
+executors' path), or as Python records (:func:`kafka_source.wire.records.decode_records`, the
 reference decoder it is tested against). Along the way it:
 
 * follows leader changes and retriable errors with bounded exponential backoff;
@@ -24,12 +24,12 @@ from typing import Callable, Iterator, Mapping
 import kafka.errors as Errors
 import pyarrow as pa
 
-from .client import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient, RetriableBrokerError,
+from ..wire.client import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient, RetriableBrokerError,
                      error_for)
-from .errors import DataLossError, KafkaSourceError, TopicError
+from ..errors import DataLossError, KafkaSourceError, TopicError
 from .offsets import OffsetRange
-from .fast_decode import decode_to_arrow
-from .records import Record, decode_records
+from ..wire.fast_decode import decode_to_arrow
+from ..wire.records import Record, decode_records
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class RangeFetcher:
     def read(self, r: OffsetRange) -> Iterator[list[Record]]:
         """Yield lists of records of ``r`` in offset order; every offset of r is accounted for.
 
-        Decodes with the reference decoder (:mod:`kafka_source.records`).
+        Decodes with the reference decoder (:mod:`kafka_source.wire.records`).
         """
         s = self.settings
 
@@ -104,7 +104,7 @@ class RangeFetcher:
 
     def read_arrow(self, r: OffsetRange, include_headers: bool) -> Iterator[pa.RecordBatch]:
         """Yield Arrow batches of ``r``'s records (Spark's schema), decoded without a Python
-        object per record (:mod:`kafka_source.fast_decode`); otherwise exactly :meth:`read`."""
+        object per record (:mod:`kafka_source.wire.fast_decode`); otherwise exactly :meth:`read`."""
         s = self.settings
 
         def decode(data, position, aborted):

@@ -12,9 +12,9 @@ import logging
 from dataclasses import dataclass
 from typing import Mapping
 
-from .client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient, TopicPartition
-from .errors import DataLossError, OptionError, TopicError
-from .options import EARLIEST, LATEST, OffsetSpec, SourceOptions, Subscription
+from ..wire.client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient, TopicPartition
+from ..errors import DataLossError, OptionError, TopicError
+from ..config.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, Subscription
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """``spark.read.format("pykafka")``: the batch reader.
 
-``partitions()`` runs on the driver: it resolves the offset ranges (:mod:`kafka_source.offsets`)
-and splits them into tasks (:mod:`kafka_source.planning`). ``read()`` runs in an executor's Python
-worker for one task: it fetches and decodes the task's ranges (:mod:`kafka_source.fetcher`) and
-yields Arrow batches (:mod:`kafka_source.arrow`).
+``partitions()`` runs on the driver: it resolves the offset ranges (:mod:`kafka_source.read.offsets`)
+and splits them into tasks (:mod:`kafka_source.read.planning`). ``read()`` runs in an executor's Python
+worker for one task: it fetches and decodes the task's ranges (:mod:`kafka_source.read.fetcher`) and
+yields Arrow batches (:mod:`kafka_source.wire.arrow`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from .executor import read_input_partition
-from .options import SourceOptions
+from ..config.options import SourceOptions
 from .planning import ReadSettings, input_partitions, split_ranges
 
 
@@ -23,7 +23,7 @@ class KafkaBatchReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> list[InputPartition]:
-        from .client import BrokerClient
+        from ..wire.client import BrokerClient
         from .offsets import plan_batch_ranges
 
         opts = self.options

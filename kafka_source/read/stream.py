@@ -2,7 +2,7 @@
 
 Spark calls the planning methods (``initialOffset``, ``latestOffset``, ``partitions``,
 ``commit``) in one long-lived Python process on the driver; ``read`` runs on executors and is the
-batch reader's (:func:`kafka_source.executor.read_input_partition`).
+batch reader's (:func:`kafka_source.read.executor.read_input_partition`).
 
 One trigger, as seen from here (``latestOffset(start, limit)``):
 
@@ -11,7 +11,7 @@ One trigger, as seen from here (``latestOffset(start, limit)``):
    group now (:meth:`KafkaStreamReader._commit_completed`). This is what makes the group's
    committed offsets follow the query, including the last batch of an AvailableNow run and an
    idle stream -- Spark's own ``commit(end)`` comes a batch later and not at all at the end.
-2. Metadata is refreshed and the membership checked (:class:`kafka_source.group.GroupMember`):
+2. Metadata is refreshed and the membership checked (:class:`kafka_source.group.member.GroupMember`):
    a rebalance the heartbeat thread noticed, a new topic matching ``subscribePattern`` or new
    partitions make the member rejoin -- after step 1 committed what it processed of the
    partitions it may lose.
@@ -21,7 +21,7 @@ One trigger, as seen from here (``latestOffset(start, limit)``):
    offsets with an empty range first, so that every batch's ranges follow from its start and end
    offsets alone, also when Spark re-plans a batch after a restart.
 4. The end offsets come from ListOffsets(latest), capped by the AvailableNow target and the
-   admission control options (:mod:`kafka_source.admission`).
+   admission control options (:mod:`kafka_source.read.admission`).
 
 Offsets are Spark's Kafka source JSON, ``{"topic": {"partition": next_offset}}``, holding the
 partitions this member read in that batch.
@@ -40,13 +40,13 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
                                               ReadMinRows, SupportsTriggerAvailableNow)
 
 from .admission import hold_back, rate_limit
-from .client import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient, RetriableBrokerError,
+from ..wire.client import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient, RetriableBrokerError,
                      TopicPartition, error_for)
-from .errors import DataLossError, OptionError
+from ..errors import DataLossError, OptionError
 from .executor import read_input_partition
 from .offsets import (OffsetRange, OffsetResolver, check_start_for_data_loss,
                       partitions_in_metadata, subscription_topics)
-from .options import StreamOptions
+from ..config.options import StreamOptions
 from .planning import ReadSettings, input_partitions, split_ranges
 
 log = logging.getLogger(__name__)
@@ -97,8 +97,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def member(self):
         if self._member is None:
-            from .assignors import load_assignor
-            from .group import GroupMember
+            from ..group.assignors import load_assignor
+            from ..group.member import GroupMember
 
             src = self.options.source
             config = src.client_config

@@ -4,7 +4,7 @@ It wraps kafka-python's network layer (connections, TLS/SASL, API version negoti
 protocol message classes, and adds what this source needs on top: a bootstrap that fails within a
 bounded time naming the address, metadata for named topics without auto-creating them, ListOffsets
 grouped by partition leader, and raw Fetch requests whose record bytes we decode ourselves
-(:mod:`kafka_source.records`).
+(:mod:`kafka_source.wire.records`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from kafka.net.compat import KafkaNetClient
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, MetadataRequest
 
-from .client_config import connection_settings
-from .errors import BrokerUnavailableError, TopicError
+from ..config.client_config import connection_settings
+from ..errors import BrokerUnavailableError, TopicError
 
 log = logging.getLogger(__name__)
 

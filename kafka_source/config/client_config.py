@@ -13,7 +13,7 @@ import logging
 import re
 from typing import Mapping
 
-from .errors import OptionError
+from ..errors import OptionError
 
 log = logging.getLogger(__name__)
 

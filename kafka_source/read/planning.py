@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 from pyspark.sql.datasource import InputPartition
 
 from .offsets import OffsetRange
-from .options import SourceOptions
+from ..config.options import SourceOptions
 
 
 @dataclass(frozen=True)

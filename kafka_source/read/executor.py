@@ -12,8 +12,8 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from .client import BrokerClient
-from .client_config import connection_settings
+from ..wire.client import BrokerClient
+from ..config.client_config import connection_settings
 from .fetcher import FetchSettings, RangeFetcher
 from .planning import KafkaInputPartition
 

@@ -5,7 +5,7 @@ values (:class:`SourceOptions`) that are cheap to pickle into input partitions. 
 meanings follow Spark's built-in ``format("kafka")`` source; keys are case-insensitive.
 
 Nothing in this module talks to Kafka: anything that needs the cluster (which partitions a topic
-has, what "latest" is) is resolved later by :mod:`kafka_source.offsets`.
+has, what "latest" is) is resolved later by :mod:`kafka_source.read.offsets`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from .client_config import client_config_from_options
-from .errors import OptionError
+from ..errors import OptionError
 
 log = logging.getLogger(__name__)
 
@@ -341,7 +341,7 @@ _TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "mi
 
 @dataclass(frozen=True)
 class GroupOptions:
-    """How the driver takes part in the consumer group (see :mod:`kafka_source.group`)."""
+    """How the driver takes part in the consumer group (see :mod:`kafka_source.group.member`)."""
 
     group_id: str
     group_id_given: bool          # True when 'kafka.group.id' was set (else a generated id)

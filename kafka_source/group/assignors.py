@@ -12,7 +12,7 @@ Built-in assignors: :class:`RangeAssignor` (``"range"``) and :class:`RoundRobinA
 ``.option("assignor", "package.module:ClassName")`` (see :func:`load_assignor`)::
 
     # mypkg/assign.py
-    from kafka_source.assignors import PartitionAssignor
+    from kafka_source.group.assignors import PartitionAssignor
 
     class EverythingToFirst(PartitionAssignor):
         '''Gives every partition to the first member (by id) subscribed to its topic.'''
@@ -44,7 +44,7 @@ import struct
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from .errors import KafkaSourceError, OptionError
+from ..errors import KafkaSourceError, OptionError
 
 log = logging.getLogger(__name__)
 
@@ -385,7 +385,7 @@ _VALID_CHOICES = '"range", "roundrobin", or "package.module:ClassName"'
 
 def _option_error(spec: object, problem: str) -> OptionError:
     return OptionError(f"option assignor={spec!r}: {problem}; valid values are {_VALID_CHOICES} "
-                       f"(a subclass of kafka_source.assignors.PartitionAssignor)")
+                       f"(a subclass of kafka_source.group.assignors.PartitionAssignor)")
 
 
 class _DuckTypedAssignor(PartitionAssignor):

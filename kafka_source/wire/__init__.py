@@ -1,0 +1,9 @@
+"""Kafka's wire format, shared by the driver and the executors.
+
+``client``       protocol requests (Metadata, ListOffsets, Fetch, FindCoordinator) over
+                 kafka-python's network layer
+``records``      record batches v2 and legacy message sets: the reference decoder (the spec)
+``fast_decode``  the executors' decoder: whole record batches straight into Arrow columns
+``codecs``       gzip, snappy, lz4, zstd
+``arrow``        decoded records -> Arrow, the reference for ``fast_decode``
+"""
