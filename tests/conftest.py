@@ -1,9 +1,10 @@
 """Session fixtures shared by the whole suite.
 
 Broker (``kafka_broker``, ``bootstrap_servers``, ``broker_kind``): one per session, chosen by
-:func:`kafka_source.testing.brokers.select_broker` -- ``KAFKA_BOOTSTRAP_SERVERS`` if set, else Kafka in
-Docker via testcontainers if a Docker engine answers, else the embedded Tansu broker. If it cannot
-be started the tests that need it ERROR (they are never skipped for that).
+:func:`kafka_source.testing.select_broker` -- ``KAFKA_BOOTSTRAP_SERVERS`` if set, else Kafka in
+Docker via testcontainers if a Docker engine answers, else a local Kafka distribution if
+``KAFKA_HOME`` is set, else the embedded Tansu broker. If it cannot be started the tests that need
+it ERROR (they are never skipped for that).
 
 Tansu deviates from Kafka in a few places (see ``kafka_source.testing.brokers``). A test that depends on
 exact Kafka behaviour there skips on the embedded broker only, in one of these ways::
@@ -36,6 +37,7 @@ _BROKER_FIXTURES = {"kafka_broker", "bootstrap_servers", "broker_kind",
                     "requires_exact_end_offsets", "requires_read_committed_isolation",
                     "skip_on_embedded"}
 _BROKER_KEY = pytest.StashKey[object]()
+_SPARK_KEY = pytest.StashKey[bool]()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -64,6 +66,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     if broker is not None:
         terminalreporter.write_line(
             f"kafka broker: {broker.kind} at {broker.bootstrap_servers}")
+    if config.stash.get(_SPARK_KEY, False):
+        terminalreporter.write_line(f"spark master: {SPARK_MASTER}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,9 +140,14 @@ def _skip_on_embedded_marker(request: pytest.FixtureRequest) -> None:
 # Spark
 # ---------------------------------------------------------------------------------------------
 
+SPARK_MASTER = os.environ.get("PYKAFKA_TEST_SPARK_MASTER", "local[2]")
+
+
 @pytest.fixture(scope="session")
 def spark(request: pytest.FixtureRequest):
-    """A local[2] SparkSession with the ``kafka`` Python data source registered."""
+    """A SparkSession (``local[2]``, or ``PYKAFKA_TEST_SPARK_MASTER``, e.g.
+    ``local-cluster[2,1,1024]`` for executors in separate JVMs, so that nothing can rely on
+    driver memory) with the ``pykafka`` Python data source registered."""
     # Spark's Python workers must be this interpreter, and must import kafka_source even when
     # the package is not installed (they inherit the environment of the JVM started below).
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -150,8 +159,10 @@ def spark(request: pytest.FixtureRequest):
     from pyspark.sql import SparkSession
 
     warehouse = tempfile.mkdtemp(prefix="pykafka-spark-warehouse-")
+    # local-cluster workers keep their files under SPARK_HOME/work unless told otherwise.
+    os.environ.setdefault("SPARK_WORKER_DIR", os.path.join(warehouse, "work"))
     session = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master(SPARK_MASTER)
         .appName("pykafka-tests")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
@@ -164,6 +175,7 @@ def spark(request: pytest.FixtureRequest):
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("WARN")
+    request.config.stash[_SPARK_KEY] = True
 
     def _stop() -> None:
         session.stop()

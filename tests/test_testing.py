@@ -38,9 +38,14 @@ def no_real_brokers(monkeypatch):
     class FakeContainers(_Started):
         kind = "testcontainers"
 
+    class FakeLocalKafka(_Started):
+        kind = "local-kafka"
+
     _Started.instances = []
     monkeypatch.setattr(testing, "EmbeddedBroker", FakeEmbedded)
     monkeypatch.setattr(testing, "TestcontainersBroker", FakeContainers)
+    monkeypatch.setattr(testing, "LocalKafkaBroker", FakeLocalKafka)
+    monkeypatch.delenv(testing.ENV_KAFKA_HOME, raising=False)
     monkeypatch.setattr(testing, "wait_for_broker", lambda *a, **k: {})
     monkeypatch.delenv(testing.ENV_BOOTSTRAP, raising=False)
     monkeypatch.delenv(testing.ENV_FORCE_KIND, raising=False)
@@ -83,6 +88,28 @@ def test_select_can_be_forced_to_embedded(no_real_brokers):
     no_real_brokers.setenv(testing.ENV_FORCE_KIND, "embedded")
     assert testing.select_broker().kind == "embedded"
     assert calls == []
+
+
+def test_select_uses_kafka_home_after_docker_before_embedded(no_real_brokers):
+    no_real_brokers.setenv(testing.ENV_KAFKA_HOME, "/opt/kafka")
+    _docker(no_real_brokers, False)
+    assert testing.select_broker().kind == "local-kafka"
+    _docker(no_real_brokers, True)
+    assert testing.select_broker().kind == "testcontainers"
+    no_real_brokers.setenv(testing.ENV_FORCE_KIND, "embedded")
+    assert testing.select_broker().kind == "embedded"
+    no_real_brokers.setenv(testing.ENV_FORCE_KIND, "local-kafka")
+    assert testing.select_broker().kind == "local-kafka"
+
+
+def test_local_kafka_needs_a_kraft_distribution(tmp_path, monkeypatch):
+    monkeypatch.delenv(testing.ENV_KAFKA_HOME, raising=False)
+    with pytest.raises(testing.BrokerStartError, match="KAFKA_HOME"):
+        testing.LocalKafkaBroker()
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "kafka-server-start.sh").write_text("")
+    with pytest.raises(testing.BrokerStartError, match="kafka-storage.sh.*3.3 or later"):
+        testing.LocalKafkaBroker(str(tmp_path))
 
 
 def test_select_rejects_unknown_forced_kind(no_real_brokers):
@@ -186,6 +213,34 @@ def test_embedded_broker_start_produce_consume_stop():
     broker.stop()  # stopping twice is fine
 
 
+def _kafka_home() -> str:
+    home = os.environ.get(testing.ENV_KAFKA_HOME, "")
+    if not home:
+        pytest.skip("KAFKA_HOME is not set (no local Kafka distribution)")
+    return home
+
+
+@pytest.mark.integration
+def test_local_kafka_broker_start_restart_stop():
+    broker = testing.LocalKafkaBroker(_kafka_home())
+    try:
+        assert broker.kind == "local-kafka" and broker.running and not broker.is_tansu
+        topic = testing.unique_topic_name("local")
+        testing.create_topic(broker.bootstrap_servers, topic, partitions=2)
+        assert _produce_and_consume(broker.bootstrap_servers, topic, partition=1) == [
+            (b"k", b"hello")]
+        port, pid = broker.ports["PLAINTEXT"], broker.process.pid
+        broker.restart(hard=True)  # killed; same port, same data
+        assert broker.ports["PLAINTEXT"] == port and broker.process.pid != pid
+        assert _produce_and_consume(broker.bootstrap_servers, topic, partition=1)[0] == (
+            b"k", b"hello")
+        tmpdir = broker.dir
+    finally:
+        broker.stop()
+    assert not broker.running and not os.path.exists(tmpdir)
+    assert not testing._tcp_open("127.0.0.1", port)
+
+
 @pytest.mark.integration
 def test_embedded_broker_context_manager():
     with testing.EmbeddedBroker() as broker:
@@ -197,7 +252,7 @@ def test_embedded_broker_context_manager():
 def test_session_broker_create_topic_and_round_trip(kafka_broker, bootstrap_servers, broker_kind):
     from kafka.errors import TopicAlreadyExistsError
 
-    assert broker_kind in {"external", "testcontainers", "embedded"}
+    assert broker_kind in {"external", "testcontainers", "local-kafka", "embedded"}
     topic = testing.unique_topic_name("session")
     testing.create_topic(bootstrap_servers, topic, partitions=2)
     with pytest.raises(TopicAlreadyExistsError):

