@@ -4,6 +4,11 @@ Which topic-partitions does the subscription cover, and where does each range st
 Answers come from the cluster (Metadata and ListOffsets), then are checked: an ending offset before
 its starting offset is an error, and a starting offset below the log start is data loss, which
 fails the query or (``failOnDataLoss=false``) moves the start up with a warning.
+
+Batch and stream planning ask the cluster through the same bounded retries
+(:func:`planning_retries`), so a broker restarting while a query is planned costs a few seconds,
+not the job; a topic that does not exist on a cluster that otherwise answers normally is still
+reported at once (see :mod:`kafka_source.wire.client`).
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ import logging
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..wire.client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient, TopicPartition
+from ..wire.client import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient, Retries,
+                           TopicPartition, readable_topic)
 from ..errors import DataLossError, OptionError, TopicError
 from ..config.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, Subscription
 
@@ -37,6 +43,14 @@ class OffsetRange:
         return (self.topic, self.partition)
 
 
+def planning_retries(options: SourceOptions) -> Retries:
+    """The driver's retries against a cluster that answers with transient errors: the
+    ``fetchOffset.*`` options, for at least ``kafka.request.timeout.ms``."""
+    return Retries(count=options.fetch_offset_num_retries,
+                   interval_ms=options.fetch_offset_retry_interval_ms,
+                   window_ms=int(options.client_config.get("request_timeout_ms", 30_000)))
+
+
 def subscription_topics(sub: Subscription) -> set[str] | None:
     """The topics to ask Metadata about for ``sub`` (None: all of them, for a pattern)."""
     if sub.kind == "subscribePattern":
@@ -46,8 +60,8 @@ def subscription_topics(sub: Subscription) -> set[str] | None:
 
 def partitions_in_metadata(client: BrokerClient, sub: Subscription, infos: Mapping, *,
                            strict: bool) -> tuple[list[TopicPartition], dict[str, int]]:
-    """The partitions ``sub`` covers in ``infos`` (Metadata of :func:`subscription_topics`),
-    sorted, and the partition count of each topic read.
+    """The partitions ``sub`` covers in ``infos`` (Metadata of :func:`subscription_topics`,
+    from :meth:`BrokerClient.topic_metadata`), sorted, and the partition count of each topic read.
 
     ``strict``: a topic that is missing or unreadable, a pattern that matches nothing and an
     assigned partition the topic lacks are errors; otherwise they are left out.
@@ -65,7 +79,7 @@ def partitions_in_metadata(client: BrokerClient, sub: Subscription, infos: Mappi
             if info is not None and info.error_code == 0:
                 topics.append(t)
             elif strict:
-                client.partitions_of([t])  # raises the clear error for this topic
+                readable_topic(t, info, client.bootstrap_servers)  # raises the clear error
     result = sorted((t, p) for t in topics for p in infos[t].partitions)
     if sub.kind == "assign":
         if strict:
@@ -77,9 +91,10 @@ def partitions_in_metadata(client: BrokerClient, sub: Subscription, infos: Mappi
     return result, {t: len(infos[t].partitions) for t in topics}
 
 
-def subscribed_partitions(client: BrokerClient, sub: Subscription) -> list[TopicPartition]:
+def subscribed_partitions(client: BrokerClient, options: SourceOptions) -> list[TopicPartition]:
     """Every topic-partition the subscription covers right now, sorted."""
-    infos = client.metadata(subscription_topics(sub))
+    sub = options.subscription
+    infos = client.topic_metadata(subscription_topics(sub), planning_retries(options))
     return partitions_in_metadata(client, sub, infos, strict=True)[0]
 
 
@@ -122,10 +137,8 @@ class OffsetResolver:
         self._latest: dict[TopicPartition, int] | None = None
 
     def _list(self, targets: Mapping[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int]]:
-        return self.client.list_offsets(
-            targets, read_committed=self.options.read_committed,
-            retries=self.options.fetch_offset_num_retries,
-            retry_interval_ms=self.options.fetch_offset_retry_interval_ms)
+        return self.client.list_offsets(targets, read_committed=self.options.read_committed,
+                                        retries=planning_retries(self.options))
 
     @property
     def earliest(self) -> dict[TopicPartition, int]:
@@ -180,7 +193,7 @@ class OffsetResolver:
 
 def plan_batch_ranges(client: BrokerClient, options: SourceOptions) -> list[OffsetRange]:
     """The offset range of every partition a batch query reads, checked for data loss."""
-    partitions = subscribed_partitions(client, options.subscription)
+    partitions = subscribed_partitions(client, options)
     resolver = OffsetResolver(client, options, partitions)
     starts = resolver.resolve(options.starting, is_start=True)
     ends = resolver.resolve(options.ending, is_start=False)

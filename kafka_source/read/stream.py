@@ -33,19 +33,17 @@ import logging
 import time
 from typing import Iterator, Mapping
 
-import kafka.errors as Errors
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
                                               ReadMinRows, SupportsTriggerAvailableNow)
 
 from .admission import hold_back, rate_limit
-from ..wire.client import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient, RetriableBrokerError,
-                     TopicPartition, error_for)
+from ..wire.client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient, TopicPartition
 from ..errors import DataLossError, OptionError
 from .executor import read_input_partition
 from .offsets import (OffsetRange, OffsetResolver, check_start_for_data_loss,
-                      partitions_in_metadata, subscription_topics)
+                      partitions_in_metadata, planning_retries, subscription_topics)
 from ..config.options import StreamOptions
 from .planning import ReadSettings, input_partitions, split_ranges
 
@@ -209,31 +207,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _current_partitions(self, *, strict: bool) -> list[TopicPartition]:
         """Every partition the subscription covers now (strict: missing topics are errors)."""
         sub = self.options.source.subscription
-        infos = self._metadata(subscription_topics(sub))
+        infos = self.client.topic_metadata(subscription_topics(sub),
+                                           planning_retries(self.options.source))
         result, self._counts = partitions_in_metadata(self.client, sub, infos, strict=strict)
         if self._known is None:
             self._known = set(result)
         return result
-
-    def _metadata(self, topics):
-        """Metadata, retried while a topic reports a transient error (e.g. no leader yet)."""
-        src = self.options.source
-        attempt = 0
-        while True:
-            infos = self.client.metadata(topics)
-            troubled = sorted(t for t, i in infos.items() if i.error_code != 0 and getattr(
-                error_for(i.error_code), "retriable", False))
-            if not troubled:
-                return infos
-            attempt += 1
-            if attempt > src.fetch_offset_num_retries:
-                if all(error_for(infos[t].error_code) is Errors.UnknownTopicOrPartitionError
-                       for t in troubled):
-                    return infos  # the topics do not exist: the callers say so clearly
-                raise RetriableBrokerError(
-                    f"metadata of topic(s) {troubled} still failing after "
-                    f"{src.fetch_offset_num_retries} retries (option 'fetchOffset.numRetries')")
-            time.sleep(src.fetch_offset_retry_interval_ms / 1000)
 
     def _assignment(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         existing = set(partitions)
@@ -347,10 +326,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not partitions:
             return {}
         src = self.options.source
-        listed = self.client.list_offsets(
-            {tp: target for tp in partitions}, read_committed=src.read_committed,
-            retries=src.fetch_offset_num_retries,
-            retry_interval_ms=src.fetch_offset_retry_interval_ms)
+        listed = self.client.list_offsets({tp: target for tp in partitions},
+                                          read_committed=src.read_committed,
+                                          retries=planning_retries(src))
         return {tp: off for tp, (off, _) in listed.items()}
 
     def _data_loss(self, message: str, action: str) -> None:

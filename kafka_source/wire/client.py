@@ -5,6 +5,21 @@ protocol message classes, and adds what this source needs on top: a bootstrap th
 bounded time naming the address, metadata for named topics without auto-creating them, ListOffsets
 grouped by partition leader, and raw Fetch requests whose record bytes we decode ourselves
 (:mod:`kafka_source.wire.records`).
+
+Brokers restart (upgrades, rolling restarts, crashes), and for a while they give answers that
+look final but are not. Measured on Kafka 4.0 (KRaft): during a controlled shutdown Metadata
+lists the topics with no partition leader (LEADER_NOT_AVAILABLE), then answers with *no brokers
+and no controller*, then connections are reset and refused until the restarted broker is back
+(it opens its listeners only once it has caught up with the cluster's metadata). A ZooKeeper-mode
+broker (Kafka 2.x and 3.x) opens its listeners *before* the controller sent it the cluster's
+metadata and meanwhile answers Metadata with no brokers and UNKNOWN_TOPIC_OR_PARTITION for every
+topic (KAFKA-15161) -- the "Topic does not exist" of a batch read planned during a bounce.
+Hence, as Kafka's Java client does, a Metadata answer without any broker is not an answer about
+the cluster: :meth:`BrokerClient.metadata` raises :class:`RetriableBrokerError` for it. An
+answer that lists brokers comes from a broker that knows the cluster, so UNKNOWN_TOPIC_OR_PARTITION
+in it means the topic does not exist, and is reported at once. :class:`Retries` is the one
+bounded retry policy the driver's planning uses for all of this (``fetchOffset.numRetries``,
+``fetchOffset.retryIntervalMs``, at least ``kafka.request.timeout.ms``).
 """
 
 from __future__ import annotations
@@ -12,7 +27,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping, TypeVar
 
 import kafka.errors as Errors
 from kafka.net.compat import KafkaNetClient
@@ -55,6 +70,67 @@ class RetriableBrokerError(Exception):
 
 def error_for(code: int) -> type[Errors.KafkaError]:
     return Errors.for_code(code)
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Retries:
+    """How long the driver keeps asking a cluster that answers with transient errors.
+
+    At least ``count`` retries ``interval_ms`` apart (``fetchOffset.numRetries``,
+    ``fetchOffset.retryIntervalMs``), and retries go on until ``window_ms`` have passed since the
+    first attempt (``kafka.request.timeout.ms``): a restarting broker is back within seconds, but
+    more than the 3 x 1 s of the defaults. Each attempt is itself bounded by the request timeout,
+    so the whole is bounded.
+    """
+
+    count: int = 3
+    interval_ms: int = 1000
+    window_ms: int = 0
+
+    def run(self, attempt: Callable[[], T], *, what: str, where: str) -> T:
+        """``attempt()`` until it does not raise :class:`RetriableBrokerError`; then
+        :class:`BrokerUnavailableError` saying what failed (``what``) against ``where``."""
+        started = time.monotonic()
+        tries = 0
+        while True:
+            try:
+                return attempt()
+            except RetriableBrokerError as exc:
+                tries += 1
+                elapsed_ms = (time.monotonic() - started) * 1000
+                if tries > self.count and elapsed_ms + self.interval_ms > self.window_ms:
+                    raise BrokerUnavailableError(
+                        f"Could not {what} from Kafka at '{where}': still failing after "
+                        f"{tries} attempts in {elapsed_ms / 1000:.1f} s (options "
+                        f"'fetchOffset.numRetries' = {self.count}, 'fetchOffset.retryIntervalMs'"
+                        f" = {self.interval_ms} and 'kafka.request.timeout.ms' = "
+                        f"{self.window_ms} bound the retries). Last error: {exc}") from exc
+                log.warning("Could not %s (%s); retry %d in %d ms", what, exc, tries,
+                            self.interval_ms)
+                time.sleep(self.interval_ms / 1000)
+
+
+def readable_topic(topic: str, info: TopicInfo | None, bootstrap_servers: str) -> TopicInfo:
+    """``info`` (Metadata of ``topic``) if the topic can be read; else a clear TopicError, or
+    RetriableBrokerError for a transient error (e.g. LEADER_NOT_AVAILABLE while it is created).
+
+    Only for answers from a broker that knows the cluster (see :meth:`BrokerClient.metadata`):
+    there UNKNOWN_TOPIC_OR_PARTITION means the topic does not exist.
+    """
+    code = info.error_code if info else Errors.UnknownTopicOrPartitionError.errno
+    if code == 0:
+        return info
+    err = error_for(code)
+    if err is Errors.UnknownTopicOrPartitionError:
+        raise TopicError(f"Topic '{topic}' does not exist on the Kafka cluster at "
+                         f"'{bootstrap_servers}'.")
+    if getattr(err, "retriable", False):
+        raise RetriableBrokerError(f"topic '{topic}': {err.__name__}")
+    raise TopicError(f"Topic '{topic}' cannot be read: {err.__name__} "
+                     f"({getattr(err, 'description', '')}).")
 
 
 class BrokerClient:
@@ -102,23 +178,40 @@ class BrokerClient:
     # --- raw requests ----------------------------------------------------------------------
 
     def send(self, node_id: int | None, request, timeout_ms: int | None = None):
-        """Send ``request`` to ``node_id`` (any broker when None) and wait for the response.
+        """Send ``request`` to ``node_id`` (any broker when None) and wait for the response,
+        at most ``timeout_ms`` (default ``kafka.request.timeout.ms``).
 
+        The timeout is the request's own, also on the connection: kafka-python would otherwise
+        time every request out after the client-wide request timeout, cutting short a JoinGroup
+        that the coordinator rightly holds for up to the rebalance timeout.
         Network failures are raised as :class:`RetriableBrokerError`.
         """
         self.bootstrap()
         timeout_ms = self.request_timeout_ms if timeout_ms is None else timeout_ms
+        net = self._net
         if node_id is None:
-            node_id = self._net.least_loaded_node(bootstrap_fallback=True)
+            node_id = net.least_loaded_node(bootstrap_fallback=True)
         try:
-            return self._net.send_and_receive(node_id, request, timeout_ms=timeout_ms)
+            net.await_ready(node_id, timeout_ms=timeout_ms)
+            future = net._manager.send(request, node_id=node_id, request_timeout_ms=timeout_ms)
+            net._net.poll(timeout_ms=timeout_ms, future=future)
+            if future.failed():
+                raise future.exception
+            if not future.succeeded():
+                raise Errors.KafkaTimeoutError(f"no response within {timeout_ms} ms")
+            return future.value
         except _RETRIABLE_NETWORK_ERRORS as exc:
             raise RetriableBrokerError(f"broker {node_id}: {exc}") from exc
 
     # --- metadata --------------------------------------------------------------------------
 
     def metadata(self, topics: Iterable[str] | None) -> dict[str, TopicInfo]:
-        """Metadata of the named topics (all topics when None). Never creates topics."""
+        """Metadata of the named topics (all topics when None). Never creates topics.
+
+        RetriableBrokerError when no broker answers, or when the answer lists no brokers: the
+        broker that gave it does not know the cluster's state (starting or shutting down, see
+        the module docstring), so its topic errors mean nothing.
+        """
         names = None if topics is None else sorted(set(topics))
         request = MetadataRequest(
             topics=None if names is None else [MetadataRequest.MetadataRequestTopic(name=t)
@@ -128,6 +221,11 @@ class BrokerClient:
             include_topic_authorized_operations=False,
         )
         response = self.send(None, request)
+        if not response.brokers:
+            raise RetriableBrokerError(
+                "a broker answered Metadata without any broker (controller "
+                f"{getattr(response, 'controller_id', -1)}): it does not know the cluster's state "
+                "yet (restarting?)")
         self._net.cluster.update_metadata(response)
         result = {}
         for topic in response.topics:
@@ -136,28 +234,25 @@ class BrokerClient:
             result[topic.name] = TopicInfo(topic.name, topic.error_code, parts)
         return result
 
-    def partitions_of(self, topics: Iterable[str]) -> dict[str, list[int]]:
-        """Partition ids of each topic; a clear error for topics that do not exist."""
-        wanted = sorted(set(topics))
-        infos = self.metadata(wanted)
-        result = {}
-        for topic in wanted:
-            result[topic] = sorted(self._readable(topic, infos.get(topic)).partitions)
-        return result
+    def topic_metadata(self, topics: Iterable[str] | None, retries: Retries
+                       ) -> dict[str, TopicInfo]:
+        """:meth:`metadata`, retried under ``retries`` while it fails or a topic has a transient
+        error other than UNKNOWN_TOPIC_OR_PARTITION (e.g. LEADER_NOT_AVAILABLE right after the
+        topic was created). A topic that does not exist comes back with its error code at once,
+        for the caller to report (:func:`readable_topic`)."""
+        names = None if topics is None else sorted(set(topics))
 
-    def _readable(self, topic: str, info: TopicInfo | None) -> TopicInfo:
-        """``info`` if the topic can be read; else TopicError, or RetriableBrokerError."""
-        code = info.error_code if info else Errors.UnknownTopicOrPartitionError.errno
-        if code == 0:
-            return info
-        err = error_for(code)
-        if err is Errors.UnknownTopicOrPartitionError:
-            raise TopicError(f"Topic '{topic}' does not exist on the Kafka cluster at "
-                             f"'{self.bootstrap_servers}'.")
-        if getattr(err, "retriable", False):
-            raise RetriableBrokerError(f"topic '{topic}': {err.__name__}")
-        raise TopicError(f"Topic '{topic}' cannot be read: {err.__name__} "
-                         f"({getattr(err, 'description', '')}).")
+        def attempt():
+            infos = self.metadata(names)
+            troubled = sorted(t for t, i in infos.items()
+                              if i.error_code not in (0, Errors.UnknownTopicOrPartitionError.errno)
+                              and getattr(error_for(i.error_code), "retriable", False))
+            if troubled:
+                raise RetriableBrokerError("topic(s) " + ", ".join(
+                    f"'{t}': {error_for(infos[t].error_code).__name__}" for t in troubled))
+            return infos
+
+        return retries.run(attempt, what="get topic metadata", where=self.bootstrap_servers)
 
     def leaders(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The current leader of each partition; RetriableBrokerError while one has none."""
@@ -165,7 +260,7 @@ class BrokerClient:
         infos = self.metadata({t for t, _ in partitions})
         result = {}
         for topic, partition in partitions:
-            info = self._readable(topic, infos.get(topic))
+            info = readable_topic(topic, infos.get(topic), self.bootstrap_servers)
             part = info.partitions.get(partition)
             if part is None:
                 raise TopicError(f"Topic '{topic}' has no partition {partition} (it has "
@@ -199,26 +294,17 @@ class BrokerClient:
     # --- offsets ---------------------------------------------------------------------------
 
     def list_offsets(self, targets: Mapping[TopicPartition, int], *, read_committed: bool,
-                     retries: int = 3, retry_interval_ms: int = 1000
-                     ) -> dict[TopicPartition, tuple[int, int]]:
+                     retries: Retries | None = None) -> dict[TopicPartition, tuple[int, int]]:
         """ListOffsets for each partition: target -2 earliest, -1 latest, else a timestamp (ms).
 
         Returns ``(offset, timestamp)``; offset is -1 when no record has a timestamp >= target.
-        Retries retriable errors ``retries`` times, ``retry_interval_ms`` apart.
+        Retries retriable errors (no leader, a broker restarting) under ``retries`` (default:
+        3 retries 1 s apart, at least the request timeout).
         """
-        attempt = 0
-        while True:
-            try:
-                return self._list_offsets_once(targets, read_committed)
-            except RetriableBrokerError as exc:
-                attempt += 1
-                if attempt > retries:
-                    raise BrokerUnavailableError(
-                        f"Could not fetch offsets from Kafka at '{self.bootstrap_servers}' after "
-                        f"{retries} retries (option 'fetchOffset.numRetries'): {exc}") from exc
-                log.warning("Fetching offsets failed (%s); retry %d of %d in %d ms", exc, attempt,
-                            retries, retry_interval_ms)
-                time.sleep(retry_interval_ms / 1000)
+        if retries is None:
+            retries = Retries(window_ms=self.request_timeout_ms)
+        return retries.run(lambda: self._list_offsets_once(targets, read_committed),
+                           what="fetch offsets", where=self.bootstrap_servers)
 
     def _list_offsets_once(self, targets, read_committed):
         if not targets:

@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from kafka_source.wire.client import PartitionInfo, RetriableBrokerError, TopicInfo
-from kafka_source.errors import TopicError
+from kafka_source.wire.client import BrokerClient, PartitionInfo, RetriableBrokerError, TopicInfo
 
 OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -37,6 +36,7 @@ class FakeCluster:
         self.bootstrap_servers = "fake:9092"
         self.metadata_calls: list = []
         self.topic_errors: dict[str, list[int]] = {}   # topic -> queued error codes
+        self.metadata_failures: list[Exception] = []    # raised by the next metadata() calls
 
     def hw(self, tp) -> int:
         log = self.logs[tp]
@@ -46,20 +46,13 @@ class FakeCluster:
 
     # --- BrokerClient API used by fetcher/offsets -------------------------------------------
 
-    def partitions_of(self, topics):
-        result = {}
-        for topic in sorted(set(topics)):
-            parts = sorted(p for t, p in self.logs if t == topic)
-            if not parts:
-                raise TopicError(f"Topic '{topic}' does not exist on the Kafka cluster at "
-                                 f"'{self.bootstrap_servers}'.")
-            result[topic] = parts
-        return result
-
     def metadata(self, topics):
         """Metadata as a broker answers it, without auto-creating topics; a topic with queued
-        codes in ``topic_errors`` answers the next one instead."""
+        codes in ``topic_errors`` answers the next one instead. Queued exceptions in
+        ``metadata_failures`` are raised first, one per call (e.g. a broker restarting)."""
         self.metadata_calls.append(None if topics is None else sorted(topics))
+        if self.metadata_failures:
+            raise self.metadata_failures.pop(0)
         names = sorted({t for t, _ in self.logs} | {"__consumer_offsets"}) if topics is None \
             else sorted(set(topics))
         result = {}
@@ -75,10 +68,14 @@ class FakeCluster:
             result[topic] = TopicInfo(topic, 0 if parts else UNKNOWN_TOPIC_OR_PARTITION, parts)
         return result
 
+    # The real retry loop around ``metadata`` (it only uses ``metadata`` and
+    # ``bootstrap_servers``), so planning is tested with the retries it really has.
+    topic_metadata = BrokerClient.topic_metadata
+
     def leaders(self, tps):
         return {tp: self.leader for tp in tps}
 
-    def list_offsets(self, targets, *, read_committed, retries=3, retry_interval_ms=0):
+    def list_offsets(self, targets, *, read_committed, retries=None):
         out = {}
         for tp, target in targets.items():
             log = self.logs[tp]

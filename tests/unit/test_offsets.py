@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from kafka_source.errors import DataLossError, OptionError, TopicError
+from kafka_source.errors import BrokerUnavailableError, DataLossError, OptionError, TopicError
 from kafka_source.read.offsets import OffsetRange, plan_batch_ranges
 from kafka_source.config.options import parse_batch_options
 
-from .fake_cluster import FakeCluster, FakeLog
+from .fake_cluster import UNKNOWN_TOPIC_OR_PARTITION, FakeCluster, FakeLog, unreachable
 from .record_builder import R, v2_batch
 
 
@@ -24,9 +24,9 @@ def cluster():
     return FakeCluster(logs)
 
 
-def plan(**options):
+def plan(fake=None, **options):
     opts = parse_batch_options({"kafka.bootstrap.servers": "h:1", **options})
-    return plan_batch_ranges(cluster(), opts)
+    return plan_batch_ranges(fake or cluster(), opts)
 
 
 def test_earliest_to_latest():
@@ -60,6 +60,34 @@ def test_unknown_topic_and_pattern_without_match():
     with pytest.raises(TopicError, match=r"subscribePattern' \('zz.\*'\) matches no topic"):
         plan(subscribePattern="zz.*")
     assert [r.topic for r in plan(subscribePattern="[tu]")] == ["t", "t", "u"]
+
+
+def test_planning_outlasts_a_restarting_broker():
+    # Refused connections and answers of a broker that does not know the cluster yet: retried.
+    fake = cluster()
+    fake.metadata_failures = [unreachable(), unreachable("an answer without brokers")]
+    got = plan(fake, subscribe="t,u", **{"fetchOffset.retryIntervalMs": "0"})
+    assert [(r.topic, r.partition, r.size) for r in got] == [("t", 0, 20), ("t", 1, 20),
+                                                            ("u", 0, 1)]
+    assert len(fake.metadata_calls) == 3
+
+
+def test_a_topic_reported_unknown_is_an_error_never_left_out():
+    # One answer says 'u' is unknown, the next would know it: the read must not silently skip 'u'.
+    fake = cluster()
+    fake.topic_errors["u"] = [UNKNOWN_TOPIC_OR_PARTITION]
+    with pytest.raises(TopicError, match="Topic 'u' does not exist"):
+        plan(fake, subscribe="t,u")
+    assert fake.metadata_calls == [["t", "u"]]   # at once: the cluster answered normally
+
+
+def test_planning_gives_up_on_a_broker_gone_for_longer_than_the_retries():
+    fake = cluster()
+    fake.metadata_failures = [unreachable()] * 5
+    with pytest.raises(BrokerUnavailableError, match="still failing after 2 attempts"):
+        plan(fake, subscribe="t", **{"fetchOffset.retryIntervalMs": "0",
+                                     "fetchOffset.numRetries": "1",
+                                     "kafka.request.timeout.ms": "0"})
 
 
 def test_ending_before_starting():

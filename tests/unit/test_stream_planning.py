@@ -15,11 +15,11 @@ import pytest
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows, ReadMinRows)
 
 import kafka_source.read.stream as stream_module
-from kafka_source.errors import DataLossError, OptionError, TopicError
+from kafka_source.errors import BrokerUnavailableError, DataLossError, OptionError, TopicError
 from kafka_source.config.options import parse_stream_options
 from kafka_source.read.stream import KafkaStreamReader, decode_offsets, encode_offsets
 
-from .fake_cluster import FakeCluster, FakeLog
+from .fake_cluster import FakeCluster, FakeLog, unreachable
 
 LEADER_NOT_AVAILABLE = 5
 
@@ -253,14 +253,35 @@ def test_initial_offset_group_committed_beyond_log_end(three):
     assert reader.initialOffset() == o(t={0: 10})
 
 
-def test_initial_offset_missing_topic_is_a_clear_error(three):
-    # Metadata answers UNKNOWN_TOPIC_OR_PARTITION (retriable: a new topic may not be known to
-    # every broker yet). Once the retries are spent the error names the topic.
+def test_initial_offset_missing_topic_is_a_clear_error_at_once(three):
+    # A broker that knows the cluster (its answer lists brokers) answers UNKNOWN_TOPIC_OR_PARTITION:
+    # the topic does not exist, and retrying would only delay saying so.
     reader = make_reader(three, FakeMember([T0]), subscribe="t,nope",
                          **{"fetchOffset.retryIntervalMs": "0", "fetchOffset.numRetries": "2"})
     with pytest.raises(TopicError, match="'nope' does not exist"):
         reader.initialOffset()
-    assert three.metadata_calls[:3] == [["nope", "t"]] * 3
+    assert three.metadata_calls == [["nope", "t"]]
+
+
+def test_planning_outlasts_a_restarting_broker(three):
+    # Connections refused, then the answer of a broker that does not know the cluster yet
+    # (client.metadata raises RetriableBrokerError for both): retried, at start and at triggers.
+    three.metadata_failures = [unreachable(), unreachable("no brokers in the answer")]
+    reader = make_reader(three, FakeMember([T0]), startingOffsets="earliest",
+                         **{"fetchOffset.retryIntervalMs": "0"})
+    assert reader.initialOffset() == o(t={0: 3})
+    three.metadata_failures = [unreachable()] * 3
+    assert reader.latestOffset(o(t={0: 3}), ReadAllAvailable()) == o(t={0: 10})
+    assert len(three.metadata_calls) == 7
+
+
+def test_planning_gives_up_on_a_broker_gone_for_longer_than_the_retries(three):
+    three.metadata_failures = [unreachable()] * 3
+    reader = make_reader(three, FakeMember([T0]), startingOffsets="earliest",
+                         **{"fetchOffset.retryIntervalMs": "0", "fetchOffset.numRetries": "2",
+                            "kafka.request.timeout.ms": "0"})
+    with pytest.raises(BrokerUnavailableError, match=r"3 attempts.*'fetchOffset.numRetries' = 2"):
+        reader.initialOffset()
 
 
 def test_initial_offset_pattern_skips_internal_topics_and_needs_a_match(three):

@@ -1,0 +1,158 @@
+"""The broker client's answers to a restarting broker, and its one retry policy, without a broker.
+
+``BrokerClient.send`` is replaced by a stub that returns scripted Metadata answers (kafka-python
+response objects); what a restarting Kafka really answers is in the module docstring of
+:mod:`kafka_source.wire.client` and is exercised for real in ``tests/integration/test_faults.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from kafka.protocol.metadata import MetadataResponse
+
+from kafka_source.errors import BrokerUnavailableError, TopicError
+from kafka_source.wire.client import BrokerClient, Retries, RetriableBrokerError, readable_topic
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
+TOPIC_AUTHORIZATION_FAILED = 29
+
+def answer(topics: dict[str, int], *, brokers=((1, "127.0.0.1", 9092),)):
+    """A Metadata response (v9): ``topics`` maps name -> error code; partition 0 led by 1."""
+    R = MetadataResponse
+    response = R(version=9, throttle_time_ms=0, cluster_id="c", controller_id=1 if brokers else -1,
+             brokers=[R.MetadataResponseBroker(node_id=n, host=h, port=p, rack=None)
+                      for n, h, p in brokers],
+             topics=[R.MetadataResponseTopic(
+                 error_code=code, name=t, is_internal=False, partitions=[] if code else [
+                     R.MetadataResponseTopic.MetadataResponsePartition(
+                         error_code=0, partition_index=0, leader_id=1, leader_epoch=0,
+                         replica_nodes=[1], isr_nodes=[1], offline_replicas=[])])
+                 for t, code in topics.items()])
+    return R.decode(response.encode(), version=9)   # as it comes off the wire
+
+
+class Scripted(BrokerClient):
+    """A BrokerClient whose requests get the scripted answers (or raise scripted errors)."""
+
+    def __init__(self, *answers):
+        super().__init__({"bootstrap_servers": "broker:9092", "request_timeout_ms": 0})
+        self.answers = list(answers)
+        self.sent = 0
+
+    def send(self, node_id, request, timeout_ms=None):
+        self.sent += 1
+        step = self.answers.pop(0)
+        if isinstance(step, Exception):
+            raise step
+        return step
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+NO_WAIT = Retries(count=3, interval_ms=0, window_ms=0)
+
+
+# --- Metadata of a broker that does not know the cluster ------------------------------------------
+
+def test_an_answer_without_brokers_is_retriable_whatever_it_says_about_topics():
+    # What a ZooKeeper-mode broker answers before the controller told it the cluster's state
+    # (UNKNOWN_TOPIC_OR_PARTITION for every topic), and a KRaft broker shutting down (no brokers).
+    with Scripted(answer({"t": UNKNOWN_TOPIC_OR_PARTITION}, brokers=())) as client:
+        with pytest.raises(RetriableBrokerError, match="without any broker"):
+            client.metadata(["t"])
+
+
+def test_topic_metadata_retries_a_restarting_broker_then_answers():
+    with Scripted(RetriableBrokerError("connection refused"),
+                  answer({"t": UNKNOWN_TOPIC_OR_PARTITION}, brokers=()),
+                  answer({"t": 0})) as client:
+        infos = client.topic_metadata(["t"], NO_WAIT)
+    assert infos["t"].error_code == 0 and infos["t"].partitions[0].leader == 1
+    assert client.sent == 3
+
+
+def test_topic_metadata_reports_a_missing_topic_at_once_when_the_cluster_answers_normally():
+    with Scripted(answer({"t": 0, "nope": UNKNOWN_TOPIC_OR_PARTITION})) as client:
+        infos = client.topic_metadata(["t", "nope"], NO_WAIT)
+    assert infos["nope"].error_code == UNKNOWN_TOPIC_OR_PARTITION
+    assert client.sent == 1
+
+
+def test_topic_metadata_retries_transient_topic_errors():
+    with Scripted(answer({"t": LEADER_NOT_AVAILABLE}), answer({"t": 0})) as client:
+        assert client.topic_metadata(["t"], NO_WAIT)["t"].error_code == 0
+    assert client.sent == 2
+
+
+def test_topic_metadata_gives_up_within_its_bounds_naming_the_options():
+    with Scripted(*[answer({"t": LEADER_NOT_AVAILABLE})] * 3) as client:
+        with pytest.raises(BrokerUnavailableError) as info:
+            client.topic_metadata(["t"], Retries(count=2, interval_ms=0, window_ms=0))
+    message = str(info.value)
+    assert "'fetchOffset.numRetries' = 2" in message and "'kafka.request.timeout.ms'" in message
+    assert "'t': LeaderNotAvailableError" in message and "broker:9092" in message
+    assert client.sent == 3
+
+
+def test_leaders_of_a_missing_topic_is_a_clear_error_and_unauthorized_is_not_retried():
+    with Scripted(answer({"nope": UNKNOWN_TOPIC_OR_PARTITION})) as client:
+        with pytest.raises(TopicError, match="'nope' does not exist.*broker:9092"):
+            client.leaders([("nope", 0)])
+    with Scripted(answer({"secret": TOPIC_AUTHORIZATION_FAILED})) as client:
+        info = client.topic_metadata(["secret"], NO_WAIT)["secret"]
+        with pytest.raises(TopicError, match="'secret' cannot be read: TopicAuthorizationFailed"):
+            readable_topic("secret", info, client.bootstrap_servers)
+    assert client.sent == 1
+
+
+# --- Retries ------------------------------------------------------------------------------------------
+
+def test_retries_count_and_interval(monkeypatch):
+    sleeps = []
+    monkeypatch.setattr("kafka_source.wire.client.time.sleep", sleeps.append)
+    calls = []
+
+    def attempt():
+        calls.append(1)
+        raise RetriableBrokerError("down")
+
+    with pytest.raises(BrokerUnavailableError, match="after 4 attempts"):
+        Retries(count=3, interval_ms=250, window_ms=0).run(attempt, what="x", where="b:1")
+    assert len(calls) == 4 and sleeps == [0.25] * 3
+
+
+def test_retries_go_on_for_the_window(monkeypatch):
+    # A restarting broker takes longer than 3 x 1 s: the window (the request timeout) decides.
+    clock = [0.0]
+    monkeypatch.setattr("kafka_source.wire.client.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("kafka_source.wire.client.time.sleep",
+                        lambda s: clock.__setitem__(0, clock[0] + s))
+    calls = []
+
+    def attempt():
+        calls.append(clock[0])
+        if clock[0] < 12:           # back after 12 s
+            raise RetriableBrokerError("connection refused")
+        return "ok"
+
+    assert Retries(count=3, interval_ms=1000, window_ms=30_000).run(
+        attempt, what="x", where="b:1") == "ok"
+    assert len(calls) == 13
+    calls.clear()
+    clock[0] = -100.0              # now down for 112 s: more than the window
+    with pytest.raises(BrokerUnavailableError, match="30.0 s"):
+        Retries(count=3, interval_ms=1000, window_ms=30_000).run(attempt, what="x", where="b:1")
+    assert calls[-1] - calls[0] <= 30
+
+
+def test_retries_let_other_errors_through():
+    def attempt():
+        raise TopicError("no such topic")
+
+    with pytest.raises(TopicError):
+        Retries(count=5, interval_ms=0, window_ms=10_000).run(attempt, what="x", where="b:1")
