@@ -333,6 +333,7 @@ DEFAULT_GROUP_ID_PREFIX = "spark-kafka-source"
 DEFAULT_SESSION_TIMEOUT_MS = 45_000     # Java consumer default since Kafka 3.0
 DEFAULT_HEARTBEAT_INTERVAL_MS = 3_000
 DEFAULT_MAX_POLL_INTERVAL_MS = 300_000  # the rebalance timeout sent in JoinGroup
+DEFAULT_API_TIMEOUT_MS = 60_000         # Java consumer: how long commitSync/committed retry
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60_000
 _AUTO_OFFSET_RESET = ("earliest", "latest", "none")
 _TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000,
@@ -351,6 +352,7 @@ class GroupOptions:
     heartbeat_interval_ms: int
     rebalance_timeout_ms: int     # kafka.max.poll.interval.ms
     auto_offset_reset: str        # 'earliest' | 'latest' | 'none'
+    api_timeout_ms: int = DEFAULT_API_TIMEOUT_MS   # kafka.default.api.timeout.ms
 
 
 @dataclass(frozen=True)
@@ -399,6 +401,8 @@ def _parse_group(opts: Mapping[str, str], sub: Subscription) -> GroupOptions:
                           "a third of it.")
     rebalance = parse_int(opts, "kafka.max.poll.interval.ms", DEFAULT_MAX_POLL_INTERVAL_MS,
                           minimum=1, what="milliseconds (> 0)")
+    api_timeout = parse_int(opts, "kafka.default.api.timeout.ms", DEFAULT_API_TIMEOUT_MS,
+                            minimum=1, what="milliseconds (> 0)")
     reset = str(opts.get("kafka.auto.offset.reset", "latest")).strip().lower()
     if reset not in _AUTO_OFFSET_RESET:
         raise OptionError(f"Option 'kafka.auto.offset.reset' must be 'earliest', 'latest' or "
@@ -413,6 +417,7 @@ def _parse_group(opts: Mapping[str, str], sub: Subscription) -> GroupOptions:
         heartbeat_interval_ms=heartbeat,
         rebalance_timeout_ms=rebalance,
         auto_offset_reset=reset,
+        api_timeout_ms=api_timeout,
     )
 
 

@@ -318,9 +318,13 @@ class GroupMember:
     # --- offsets ------------------------------------------------------------------------------
 
     def _with_coordinator(self, what: str, attempt: Callable[[object], object]):
-        """Run ``attempt(node)`` until it returns non-None, rediscovering the coordinator."""
-        deadline = time.monotonic() + self.request_timeout_ms / 1000
+        """Run ``attempt(node)`` until it returns non-None, rediscovering the coordinator, for
+        at most ``kafka.default.api.timeout.ms`` (as the Java consumer's commitSync and
+        committed): one request that timed out (``kafka.request.timeout.ms``) is retried."""
+        budget_ms = self.options.api_timeout_ms
+        deadline = time.monotonic() + budget_ms / 1000
         failures = 0
+        last_error = "the coordinator kept answering with retriable errors"
         while True:
             try:
                 result = attempt(self._coordinator())
@@ -328,12 +332,14 @@ class GroupMember:
                     return result
             except RetriableBrokerError as exc:
                 self._node = None
+                last_error = str(exc)
                 log.info("Group '%s': %s failed (%s); retrying", self.group_id, what, exc)
             failures += 1
             if time.monotonic() >= deadline:
                 raise KafkaSourceError(f"{what} for consumer group '{self.group_id}' did not "
-                                       f"succeed within {self.request_timeout_ms} ms "
-                                       "(kafka.request.timeout.ms).")
+                                       f"succeed within {budget_ms} ms (option "
+                                       f"'kafka.default.api.timeout.ms'); last error: "
+                                       f"{last_error}.")
             self._backoff(failures)
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:

@@ -655,14 +655,38 @@ def test_commit_retries_retriable_failures(fake, make_member, failure):
     assert member.rejoin_reason() is None
 
 
-def test_commit_gives_up_after_the_request_timeout(fake, make_member):
-    member = make_member(fake, "C0", heartbeat_interval_ms=60_000, request_timeout_ms=100)
+def test_commit_gives_up_after_the_api_timeout(fake, make_member):
+    member = make_member(fake, "C0", heartbeat_interval_ms=60_000, request_timeout_ms=100,
+                         api_timeout_ms=300)
     member.ensure_active(["t0"])
     fake.script(OFFSET_COMMIT, *[COORDINATOR_LOAD_IN_PROGRESS] * 10_000)
     start = time.monotonic()
-    with pytest.raises(KafkaSourceError, match="kafka.request.timeout.ms"):
+    with pytest.raises(KafkaSourceError, match="within 300 ms.*kafka.default.api.timeout.ms"):
         member.commit({("t0", 0): 1})
     assert time.monotonic() - start < 2.0
+
+
+def test_a_commit_or_fetch_whose_request_timed_out_is_retried(fake, make_member):
+    # A response that never comes costs a whole request timeout; that alone must not fail the
+    # query (it used to: the retry budget was the request timeout itself).
+    member = make_member(fake, "C0", heartbeat_interval_ms=60_000, request_timeout_ms=100,
+                         api_timeout_ms=5_000)
+    member.ensure_active(["t0"])
+    send = member._client.send
+    timed_out = []
+
+    def first_times_out(node, request, timeout_ms=None):
+        if type(request).__name__ in ("OffsetCommitRequest", "OffsetFetchRequest") and \
+                type(request).__name__ not in timed_out:
+            timed_out.append(type(request).__name__)
+            time.sleep(member.request_timeout_ms / 1000)
+            raise RetriableBrokerError("request timed out after 100 ms")
+        return send(node, request, timeout_ms)
+
+    member._client.send = first_times_out
+    assert member.commit({("t0", 0): 7}) is True
+    assert member.committed([("t0", 0)]) == {("t0", 0): 7}
+    assert timed_out == ["OffsetCommitRequest", "OffsetFetchRequest"]
 
 
 def test_manual_assignment_commits_outside_any_generation_and_never_joins(fake, make_member):

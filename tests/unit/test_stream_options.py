@@ -41,6 +41,7 @@ def test_defaults_without_group_id():
     assert g.session_timeout_ms == 45_000
     assert g.heartbeat_interval_ms == 3_000
     assert g.rebalance_timeout_ms == 300_000
+    assert g.api_timeout_ms == 60_000
     assert g.auto_offset_reset == "latest"
     assert o.max_offsets_per_trigger is None and o.min_offsets_per_trigger is None
     assert o.max_trigger_delay_ms == 15 * 60_000
@@ -89,11 +90,12 @@ def test_group_settings_are_read():
     o = parse_stream_options(opts(**{
         "kafka.group.id": "g", "assignor": "roundrobin", "commitOffsets": "false",
         "kafka.session.timeout.ms": "10000", "kafka.heartbeat.interval.ms": "1000",
-        "kafka.max.poll.interval.ms": "60000", "kafka.auto.offset.reset": "EARLIEST"}))
+        "kafka.max.poll.interval.ms": "60000", "kafka.auto.offset.reset": "EARLIEST",
+        "kafka.default.api.timeout.ms": "20000"}))
     g = o.group
     assert (g.assignor, g.commit_offsets, g.session_timeout_ms, g.heartbeat_interval_ms,
-            g.rebalance_timeout_ms, g.auto_offset_reset) == (
-        "roundrobin", False, 10_000, 1_000, 60_000, "earliest")
+            g.rebalance_timeout_ms, g.auto_offset_reset, g.api_timeout_ms) == (
+        "roundrobin", False, 10_000, 1_000, 60_000, "earliest", 20_000)
 
 
 @pytest.mark.parametrize("value", ["earliest", "latest", "none"])
@@ -156,7 +158,7 @@ def test_heartbeat_must_be_below_session_timeout(heartbeat, session):
 
 
 @pytest.mark.parametrize("key", ["kafka.session.timeout.ms", "kafka.heartbeat.interval.ms",
-                                 "kafka.max.poll.interval.ms"])
+                                 "kafka.max.poll.interval.ms", "kafka.default.api.timeout.ms"])
 @pytest.mark.parametrize("value", ["0", "-1", "soon"])
 def test_group_timeouts_must_be_positive_integers(key, value):
     assert f"'{key}'" in error_of(opts(**{key: value}))
