@@ -446,6 +446,16 @@ class LocalKafkaBroker(BrokerHandle):
     ``["--add-scram", "SCRAM-SHA-256=[name=alice,password=secret]"]``). :meth:`restart` stops
     the JVM (cleanly, or killed with ``hard=True``) and starts it again on the same ports and
     data, as a broker bounce. Needs a KRaft-capable distribution (Kafka 3.3 or later) and Java.
+
+    ``advertised_ports`` makes a listener advertise another port than the one it listens on, so
+    that clients reach the broker through something in between, e.g. a
+    :class:`~kafka_source.testing.proxy.FaultProxy` on that port::
+
+        proxy = FaultProxy()
+        broker = LocalKafkaBroker(home, listeners={"PROXIED": "PLAINTEXT"},
+                                  advertised_ports={"PROXIED": proxy.port})
+        proxy.set_upstream(broker.address("PROXIED")); proxy.start()
+        # clients bootstrap from proxy.address and every connection they open goes through it
     """
 
     kind = "local-kafka"
@@ -453,7 +463,8 @@ class LocalKafkaBroker(BrokerHandle):
     def __init__(self, kafka_home: str | None = None, *, listeners: dict[str, str] | None = None,
                  properties: dict[str, str] | None = None, format_args: list[str] | None = None,
                  env: dict[str, str] | None = None, start: bool = True,
-                 timeout_s: float = LOCAL_KAFKA_START_TIMEOUT_S):
+                 timeout_s: float = LOCAL_KAFKA_START_TIMEOUT_S,
+                 advertised_ports: dict[str, int] | None = None):
         home = kafka_home or os.environ.get(ENV_KAFKA_HOME, "")
         if not home:
             raise BrokerStartError(f"no Kafka distribution: set {ENV_KAFKA_HOME}")
@@ -467,6 +478,10 @@ class LocalKafkaBroker(BrokerHandle):
         self.extra_listeners = dict(listeners or {})
         self.properties = dict(properties or {})
         self.format_args = list(format_args or [])
+        self.advertised_ports = dict(advertised_ports or {})
+        unknown = set(self.advertised_ports) - {"PLAINTEXT", *self.extra_listeners}
+        if unknown:
+            raise ValueError(f"advertised_ports names listeners that do not exist: {sorted(unknown)}")
         self.env = dict(env or {})
         self.ports: dict[str, int] = {}
         self.process: subprocess.Popen | None = None
@@ -555,7 +570,8 @@ class LocalKafkaBroker(BrokerHandle):
             "controller.quorum.voters": f"1@127.0.0.1:{p['CONTROLLER']}",
             "listeners": ",".join([f"{n}://127.0.0.1:{p[n]}" for n in listeners]
                                   + [f"CONTROLLER://127.0.0.1:{p['CONTROLLER']}"]),
-            "advertised.listeners": ",".join(f"{n}://127.0.0.1:{p[n]}" for n in listeners),
+            "advertised.listeners": ",".join(
+                f"{n}://127.0.0.1:{self.advertised_ports.get(n, p[n])}" for n in listeners),
             "listener.security.protocol.map": ",".join(
                 [f"{n}:{proto}" for n, proto in listeners.items()] + ["CONTROLLER:PLAINTEXT"]),
             "inter.broker.listener.name": "PLAINTEXT",
