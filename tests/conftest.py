@@ -38,6 +38,7 @@ _BROKER_FIXTURES = {"kafka_broker", "bootstrap_servers", "broker_kind",
                     "skip_on_embedded"}
 _BROKER_KEY = pytest.StashKey[object]()
 _SPARK_KEY = pytest.StashKey[bool]()
+_SUMMARY_KEY = pytest.StashKey[list]()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -68,6 +69,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
             f"kafka broker: {broker.kind} at {broker.bootstrap_servers}")
     if config.stash.get(_SPARK_KEY, False):
         terminalreporter.write_line(f"spark master: {SPARK_MASTER}")
+    for line in config.stash.get(_SUMMARY_KEY, []):
+        terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def summary_lines(request: pytest.FixtureRequest) -> list:
+    """A list whose lines are printed at the end of the run (e.g. figures a test measured)."""
+    return request.config.stash.setdefault(_SUMMARY_KEY, [])
 
 
 # ---------------------------------------------------------------------------------------------

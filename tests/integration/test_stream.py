@@ -44,15 +44,17 @@ def stream_options(bootstrap, topic, timeouts, **extra):
 
 
 def produce_counts(bootstrap, topic, per_partition: dict[int, int], start: dict[int, int] | None
-                   = None):
-    """Produce ``per_partition[p]`` records to each partition, one per request."""
+                   = None, *, one_per_batch: bool = True):
+    """Produce ``per_partition[p]`` records to each partition (values ``p{p}-{offset}``), one
+    per request unless ``one_per_batch`` is False."""
     start = start or {}
     records, parts = [], []
     for p, n in sorted(per_partition.items()):
         for i in range(start.get(p, 0), start.get(p, 0) + n):
             records.append((f"k{p}-{i}".encode(), f"p{p}-{i}".encode(), [], BASE_TS + i))
             parts.append(p)
-    produce(bootstrap, topic, records, partition_of=lambda i: parts[i], one_per_batch=True)
+    produce(bootstrap, topic, records, partition_of=lambda i: parts[i],
+            one_per_batch=one_per_batch)
 
 
 def committed(bootstrap, group, topic) -> dict[int, int]:
