@@ -6,7 +6,8 @@ as Arrow batches straight from the bytes (:func:`kafka_source.wire.fast_decode.d
 executors' path), or as Python records (:func:`kafka_source.wire.records.decode_records`, the
 reference decoder it is tested against). Along the way it:
 
-* follows leader changes and retriable errors with bounded exponential backoff;
+* follows leader changes and retriable errors (a broker out of reach included) with bounded
+  exponential backoff, for at most ``kafkaConsumer.pollTimeoutMs`` without progress;
 * treats offsets that vanished (OFFSET_OUT_OF_RANGE below the log start) as data loss: fail, or
   with ``failOnDataLoss=false`` warn and continue from the log start;
 * finishes a range whose last offsets hold no data records (transaction markers, compaction):
@@ -26,7 +27,7 @@ import pyarrow as pa
 
 from ..wire.client import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient, RetriableBrokerError,
                      error_for)
-from ..errors import DataLossError, KafkaSourceError, TopicError
+from ..errors import BrokerUnavailableError, DataLossError, KafkaSourceError, TopicError
 from .offsets import OffsetRange
 from ..wire.fast_decode import decode_to_arrow
 from ..wire.records import Record, decode_records
@@ -140,7 +141,9 @@ class RangeFetcher:
                         return
                     failures = 0
                     continue
-            except RetriableBrokerError as exc:
+            except (RetriableBrokerError, BrokerUnavailableError) as exc:
+                # BrokerUnavailableError: no broker reachable at all (a fresh client cannot
+                # bootstrap while the broker restarts) -- as transient here as a lost leader.
                 self._leaders.pop(tp, None)
                 failures += 1
                 if deadline.passed:

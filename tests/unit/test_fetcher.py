@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kafka_source.errors import DataLossError, KafkaSourceError
+from kafka_source.errors import BrokerUnavailableError, DataLossError, KafkaSourceError
 from kafka_source.read.fetcher import FetchSettings, RangeFetcher
 from kafka_source.read.offsets import OffsetRange
 
@@ -110,6 +110,19 @@ def test_gives_up_on_an_unreachable_leader_within_poll_timeout():
     cluster = FakeCluster({TP: FakeLog(batches=[v2_batch(values(4), 0)])})
     cluster.script = [unreachable() for _ in range(10_000)]
     with pytest.raises(KafkaSourceError, match=r"t-0 from offset 0.*kafkaConsumer.pollTimeoutMs"):
+        read_offsets(cluster, OffsetRange("t", 0, 0, 4), poll_timeout_ms=200)
+
+
+def test_a_broker_out_of_reach_is_retried_within_poll_timeout_not_failed_at_once():
+    # A task that starts while the broker is gone (Spark's retry of a task that just failed,
+    # say) cannot even bootstrap its client: BrokerUnavailableError after the request timeout.
+    # Like any other unreachable broker that is retried until kafkaConsumer.pollTimeoutMs.
+    gone = BrokerUnavailableError("Could not reach any Kafka broker at 'b:1' within 5 s")
+    cluster = FakeCluster({TP: FakeLog(batches=[v2_batch(values(4), 0)])})
+    cluster.script = [gone, gone]
+    assert read_offsets(cluster, OffsetRange("t", 0, 0, 4)) == [0, 1, 2, 3]
+    cluster.script = [gone for _ in range(10_000)]
+    with pytest.raises(KafkaSourceError, match=r"Could not reach.*kafkaConsumer.pollTimeoutMs"):
         read_offsets(cluster, OffsetRange("t", 0, 0, 4), poll_timeout_ms=200)
 
 
