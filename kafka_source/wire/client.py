@@ -73,6 +73,7 @@ def error_for(code: int) -> type[Errors.KafkaError]:
 
 
 T = TypeVar("T")
+_MIN_PAUSE_MS = 100
 
 
 @dataclass(frozen=True)
@@ -101,16 +102,18 @@ class Retries:
             except RetriableBrokerError as exc:
                 tries += 1
                 elapsed_ms = (time.monotonic() - started) * 1000
-                if tries > self.count and elapsed_ms + self.interval_ms > self.window_ms:
+                # Past the counted retries only the window keeps us going: never spin.
+                pause_ms = self.interval_ms if tries <= self.count else max(self.interval_ms,
+                                                                             _MIN_PAUSE_MS)
+                if tries > self.count and elapsed_ms + pause_ms > self.window_ms:
                     raise BrokerUnavailableError(
                         f"Could not {what} from Kafka at '{where}': still failing after "
                         f"{tries} attempts in {elapsed_ms / 1000:.1f} s (options "
                         f"'fetchOffset.numRetries' = {self.count}, 'fetchOffset.retryIntervalMs'"
                         f" = {self.interval_ms} and 'kafka.request.timeout.ms' = "
                         f"{self.window_ms} bound the retries). Last error: {exc}") from exc
-                log.warning("Could not %s (%s); retry %d in %d ms", what, exc, tries,
-                            self.interval_ms)
-                time.sleep(self.interval_ms / 1000)
+                log.warning("Could not %s (%s); retry %d in %d ms", what, exc, tries, pause_ms)
+                time.sleep(pause_ms / 1000)
 
 
 def readable_topic(topic: str, info: TopicInfo | None, bootstrap_servers: str) -> TopicInfo:

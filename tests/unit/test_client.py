@@ -156,3 +156,22 @@ def test_retries_let_other_errors_through():
 
     with pytest.raises(TopicError):
         Retries(count=5, interval_ms=0, window_ms=10_000).run(attempt, what="x", where="b:1")
+
+
+def test_retries_never_spin_while_only_the_window_keeps_them_going(monkeypatch):
+    clock = [0.0]
+    sleeps = []
+    monkeypatch.setattr("kafka_source.wire.client.time.monotonic", lambda: clock[0])
+
+    def sleep(s):
+        sleeps.append(s)
+        clock[0] += s
+
+    monkeypatch.setattr("kafka_source.wire.client.time.sleep", sleep)
+
+    def attempt():
+        raise RetriableBrokerError("down")
+
+    with pytest.raises(BrokerUnavailableError):
+        Retries(count=1, interval_ms=0, window_ms=1000).run(attempt, what="x", where="b:1")
+    assert sleeps[0] == 0 and all(s >= 0.1 for s in sleeps[1:]) and len(sleeps) <= 11
