@@ -160,8 +160,11 @@ def test_outage_resets_open_and_new_connections_for_its_duration(proxy):
     proxy.outage(1.0)
     assert exchange(s, ApiKey.Fetch, 2) in ("reset", "closed")
     s.close()
-    with connect(proxy) as s2:
-        assert exchange(s2, ApiKey.Fetch, 3) in ("reset", "closed")
+    try:
+        with connect(proxy) as s2:      # the reset may come before connect() even returns
+            assert exchange(s2, ApiKey.Fetch, 3) in ("reset", "closed")
+    except ConnectionResetError:
+        pass
     time.sleep(1.1)
     with connect(proxy) as s3:
         assert exchange(s3, ApiKey.Fetch, 4) == (4, 1)

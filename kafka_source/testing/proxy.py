@@ -251,7 +251,8 @@ class _Connection:
                 self._send_client(frame[: max(4, len(frame) // 2)])
                 break
             elif fault.action == "stall":
-                if self.proxy._closed.wait(min(fault.seconds, self.proxy.max_fault_s)):
+                # Ends early when the connection is reset (an outage) or the proxy closes.
+                if self.closed.wait(min(fault.seconds, self.proxy.max_fault_s)):
                     break
                 if not self._send_client(frame):
                     break

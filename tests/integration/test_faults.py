@@ -76,9 +76,10 @@ def faulty(request, summary_lines):
         broker.stop()
         if FIGURES:
             faults = {k[len("fault "):]: v for k, v in sorted(FIGURES.items())
-                      if k.startswith("fault ")}
+                      if k.startswith("fault ") and k != "fault refused"}
             summary_lines.append(
-                f"fault figures: faults injected {sum(faults.values())} {faults}; records "
+                f"fault figures: faults injected {sum(faults.values())} {faults} (and "
+                f"{FIGURES['fault refused']} connections reset during outages); records "
                 f"checked {FIGURES['checked']}, lost {FIGURES['lost']}, duplicated "
                 f"{FIGURES['duplicated']}")
 
