@@ -163,9 +163,10 @@ def _check_sasl(config: dict[str, object]) -> None:
         given = [n for n, v in (("kafka.sasl.mechanism", mechanism),
                                 ("kafka.sasl.jaas.config", module)) if v]
         if given:
-            log.warning("%s set but 'kafka.security.protocol' is %s, so no SASL authentication "
-                        "takes place; use SASL_SSL or SASL_PLAINTEXT to authenticate.",
-                        " and ".join(f"'{n}' is" for n in given), protocol)
+            log.warning("%s %s set but 'kafka.security.protocol' is %s, so no SASL "
+                        "authentication takes place; use SASL_SSL or SASL_PLAINTEXT to "
+                        "authenticate.", " and ".join(f"'{n}'" for n in given),
+                        "are" if len(given) > 1 else "is", protocol)
         return
     if not mechanism:
         hint = (f" ({' or '.join(_LOGIN_MODULE_MECHANISMS[module])} for the {module} in "

@@ -94,7 +94,20 @@ class _TCPTransport(_ReadBeforeClose, KafkaTCPTransport):
 
 
 class _SSLTransport(_ReadBeforeClose, KafkaSSLTransport):
-    pass
+    def _sock_send(self):
+        sent, err = super()._sock_send()
+        if err is not None and self._sock is not None:
+            # A TLS 1.3 server checks the client certificate after the handshake and answers
+            # with an alert and a close; the request written meanwhile may fail first. The alert
+            # is the reason: read it if it is there.
+            try:
+                self._sock.recv(4096)
+            except ssl.SSLError as alert:
+                if getattr(alert, "reason", None) in _CLIENT_CERT_REJECTED:
+                    err = Errors.KafkaConnectionError(alert)
+            except (OSError, ValueError):
+                pass
+        return sent, err
 
 
 # --- the connection manager -------------------------------------------------------------------
