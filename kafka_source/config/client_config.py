@@ -70,6 +70,10 @@ _TLS_SETTINGS = {
 #: The client settings that name a secret (their values are :class:`Secret`).
 SECRET_SETTINGS = frozenset(target for table in (_CONNECTION_SETTINGS, _TLS_SETTINGS)
                             for target, kind in table.values() if kind is Secret)
+#: The options whose values are secrets, by option name (``kafka.`` prefix, lower case).
+SECRET_OPTIONS = frozenset(["kafka.sasl.jaas.config"] + [
+    f"kafka.{name}" for table in (_CONNECTION_SETTINGS, _TLS_SETTINGS)
+    for name, (_, kind) in table.items() if kind is Secret])
 TLS_SETTINGS = frozenset(target for target, _ in _TLS_SETTINGS.values()) | {"ssl_check_hostname"}
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")

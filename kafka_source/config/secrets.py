@@ -12,12 +12,18 @@ settings), and it pickles (executors need the value). The plain value comes out 
 :meth:`Secret.reveal`, called where it is handed to the TLS or SASL layer
 (:mod:`kafka_source.wire.tls`, :class:`kafka_source.wire.client.BrokerClient`). Nothing has to
 remember to scrub a string: leaking takes an explicit ``reveal()``.
+
+Before they are parsed, the options are plain strings in Spark's hands. Spark shows no option of
+a Python data source in ``explain()``, query progress or checkpoints, but py4j's DEBUG log of the
+driver prints every ``.option(...)`` call; :func:`redact_py4j_option_logs` filters those values.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
+import re
 
 REDACTED = "*****"
 
@@ -65,3 +71,48 @@ class Secret:
 def reveal(value):
     """``value.reveal()`` for a :class:`Secret`, ``value`` itself otherwise."""
     return value.reveal() if isinstance(value, Secret) else value
+
+
+# --- py4j's log of what the Python driver sends to the JVM -------------------------------------
+
+# Spark's own default for spark.redaction.regex: option names whose values are never shown.
+_SPARK_REDACTION = re.compile(r"(?i)secret|password|token|access[.]?key")
+# A py4j call of DataFrameReader.option(key, value): "...\noption\ns<key>\ns<value>\n..."
+_OPTION_CALL = re.compile(r"(\noption\ns)([^\n]*)(\ns)([^\n]*)")
+
+
+class _Py4JOptionRedactor(logging.Filter):
+    """py4j logs every command the Python driver sends to the JVM at DEBUG level, formatted
+    before logging, so ``.option("kafka.sasl.jaas.config", ...)`` would put the password into
+    the user's own driver log. This filter replaces the value of such option calls: those named
+    in ``names`` and those Spark itself redacts (``spark.redaction.regex``'s default)."""
+
+    def __init__(self, names):
+        super().__init__()
+        self.names = frozenset(n.lower() for n in names)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.msg
+        if isinstance(msg, str) and "\noption\n" in msg:
+            record.msg = _OPTION_CALL.sub(self._redact, msg)
+        return True
+
+    def _redact(self, match: re.Match) -> str:
+        key = match.group(2)
+        if key.lower() in self.names or _SPARK_REDACTION.search(key):
+            return match.group(1) + key + match.group(3) + REDACTED
+        return match.group(0)
+
+
+_PY4J_LOGGERS = ("py4j.clientserver", "py4j.java_gateway")
+
+
+def redact_py4j_option_logs(option_names) -> None:
+    """Keep the values of the secret options ``option_names`` out of py4j's DEBUG log of this
+    process (idempotent; called by :func:`kafka_source.register`)."""
+    for name in _PY4J_LOGGERS:
+        logger = logging.getLogger(name)
+        for f in list(logger.filters):
+            if isinstance(f, _Py4JOptionRedactor):
+                logger.removeFilter(f)
+        logger.addFilter(_Py4JOptionRedactor(option_names))

@@ -64,3 +64,25 @@ def test_parsed_options_and_what_travels_to_executors_show_no_secret():
     assert config["ssl_truststore_password"].reveal() == f"{PASSWORD}-trust"
     assert config["ssl_keystore_password"].reveal() == f"{PASSWORD}-keystore"
     assert config["ssl_key_password"].reveal() == f"{PASSWORD}-key"
+
+
+def test_py4j_debug_log_of_option_calls_shows_no_secret_value(caplog):
+    from kafka_source.config.client_config import SECRET_OPTIONS
+    from kafka_source.config.secrets import redact_py4j_option_logs
+
+    redact_py4j_option_logs(SECRET_OPTIONS)
+    redact_py4j_option_logs(SECRET_OPTIONS)  # idempotent
+    logger = logging.getLogger("py4j.clientserver")
+    assert len(logger.filters) == 1
+    jaas = f'org.apache.kafka.common.security.plain.PlainLoginModule required password="{PASSWORD}";'
+    with caplog.at_level(logging.DEBUG, logger="py4j"):
+        # py4j formats the command before logging it, as here
+        for key, value in [("kafka.sasl.jaas.config", jaas), ("kafka.SSL.keystore.password",
+                                                               PASSWORD),
+                           ("my.token", PASSWORD), ("subscribe", "topic-a")]:
+            logger.debug("Command to send: {0}".format(f"c\no42\noption\ns{key}\ns{value}\ne\n"))
+        logging.getLogger("py4j.java_gateway").debug(
+            "Command to send: c\no7\noption\nskafka.ssl.key.password\ns" + PASSWORD + "\ne\n")
+    assert PASSWORD not in caplog.text
+    assert "skafka.sasl.jaas.config\ns*****" in caplog.text
+    assert "ssubscribe\nstopic-a" in caplog.text  # everything else is logged as it was
