@@ -86,3 +86,13 @@ def test_py4j_debug_log_of_option_calls_shows_no_secret_value(caplog):
     assert PASSWORD not in caplog.text
     assert "skafka.sasl.jaas.config\ns*****" in caplog.text
     assert "ssubscribe\nstopic-a" in caplog.text  # everything else is logged as it was
+
+
+def test_executor_connection_cache_tells_passwords_apart_without_showing_them():
+    from kafka_source.read.executor import _client_key
+
+    keys = [_client_key(parse_batch_options({**SECRET_OPTIONS,
+                                             "kafka.ssl.truststore.password": p}).client_config)
+            for p in (PASSWORD + "-a", PASSWORD + "-b", PASSWORD + "-a")]
+    assert keys[0] != keys[1] and keys[0] == keys[2] and hash(keys[0]) == hash(keys[2])
+    assert PASSWORD not in repr(keys)
