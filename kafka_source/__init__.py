@@ -39,7 +39,13 @@ def __getattr__(name):
 
 
 def register(spark) -> None:
-    """Register the ``pykafka`` format with ``spark``."""
+    """Register the ``pykafka`` format with ``spark``.
+
+    Also keeps the values of secret options (``kafka.sasl.jaas.config``, passwords, keys) out of
+    py4j's DEBUG log of this driver process (:mod:`kafka_source.config.secrets`)."""
+    from .config.client_config import SECRET_OPTIONS
+    from .config.secrets import redact_py4j_option_logs
     from .datasource import KafkaDataSource
 
+    redact_py4j_option_logs(SECRET_OPTIONS)
     spark.dataSource.register(KafkaDataSource)

@@ -23,3 +23,9 @@ class DataLossError(KafkaSourceError):
 
 class CorruptRecordError(KafkaSourceError):
     """A record batch failed its CRC check or could not be decoded."""
+
+
+class BrokerSecurityError(KafkaSourceError):
+    """TLS or SASL with a broker failed in a way no retry can fix (an untrusted or misnamed
+    certificate, rejected credentials, a mechanism the listener does not enable, ...). Raised on
+    the first failed attempt, naming the option that fixes it; never contains a secret."""

@@ -5,6 +5,15 @@ Users copy ``kafka.*`` options from Spark's JVM source, so they arrive with Java
 This module strips the prefix, maps each name to the kafka-python connection setting or to a
 setting of our own fetch loop, and rejects what cannot work in Python with a message that says
 what to use instead. Unknown names are logged and ignored, as the Java consumer does.
+
+Security options keep their Java names and meanings: ``kafka.sasl.jaas.config`` (Plain and SCRAM
+login modules), ``kafka.ssl.truststore.*`` and ``kafka.ssl.keystore.*`` (PKCS12 and PEM stores,
+PEM inline), ``kafka.ssl.key.password``, plus kafka-python's PEM file names (``kafka.ssl.cafile``,
+``certfile``, ``keyfile``). Passwords and key material are wrapped in
+:class:`~kafka_source.config.secrets.Secret` here, the moment they are read, so that no later
+``repr`` can show them. The SASL settings are checked for consistency here (mechanism against
+login module, credentials present); the TLS settings name files, which are read and checked by
+:mod:`kafka_source.wire.tls` where a connection is made.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ import re
 from typing import Mapping
 
 from ..errors import OptionError
+from .secrets import Secret
 
 log = logging.getLogger(__name__)
 
@@ -32,17 +42,47 @@ _CONNECTION_SETTINGS = {
     "security.protocol": ("security_protocol", str),
     "sasl.mechanism": ("sasl_mechanism", str),
     "sasl.kerberos.service.name": ("sasl_kerberos_service_name", str),
-    "ssl.endpoint.identification.algorithm": ("ssl_check_hostname", None),  # special-cased
+    # non-standard but convenient Python-side names
+    "sasl.username": ("sasl_plain_username", str),
+    "sasl.password": ("sasl_plain_password", Secret),
+}
+
+# TLS settings, read by kafka_source.wire.tls into an ssl.SSLContext (not by kafka-python).
+# Java's names; ssl.cafile/certfile/keyfile/password/crlfile are kafka-python's PEM file names.
+_TLS_SETTINGS = {
+    "ssl.truststore.location": ("ssl_truststore_location", str),
+    "ssl.truststore.type": ("ssl_truststore_type", str),
+    "ssl.truststore.password": ("ssl_truststore_password", Secret),
+    "ssl.truststore.certificates": ("ssl_truststore_certificates", Secret),
+    "ssl.keystore.location": ("ssl_keystore_location", str),
+    "ssl.keystore.type": ("ssl_keystore_type", str),
+    "ssl.keystore.password": ("ssl_keystore_password", Secret),
+    "ssl.keystore.key": ("ssl_keystore_key", Secret),
+    "ssl.keystore.certificate.chain": ("ssl_keystore_certificate_chain", Secret),
+    "ssl.key.password": ("ssl_key_password", Secret),
+    "ssl.password": ("ssl_key_password", Secret),
     "ssl.cafile": ("ssl_cafile", str),
     "ssl.certfile": ("ssl_certfile", str),
     "ssl.keyfile": ("ssl_keyfile", str),
-    "ssl.password": ("ssl_password", str),
-    "ssl.key.password": ("ssl_password", str),
     "ssl.crlfile": ("ssl_crlfile", str),
-    # non-standard but convenient Python-side names
-    "sasl.username": ("sasl_plain_username", str),
-    "sasl.password": ("sasl_plain_password", str),
 }
+
+#: The client settings that name a secret (their values are :class:`Secret`).
+SECRET_SETTINGS = frozenset(target for table in (_CONNECTION_SETTINGS, _TLS_SETTINGS)
+                            for target, kind in table.values() if kind is Secret)
+#: The options whose values are secrets, by option name (``kafka.`` prefix, lower case).
+SECRET_OPTIONS = frozenset(["kafka.sasl.jaas.config"] + [
+    f"kafka.{name}" for table in (_CONNECTION_SETTINGS, _TLS_SETTINGS)
+    for name, (_, kind) in table.items() if kind is Secret])
+TLS_SETTINGS = frozenset(target for target, _ in _TLS_SETTINGS.values()) | {"ssl_check_hostname"}
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# SASL mechanisms whose credentials can be given as options (GSSAPI takes them from a Kerberos
+# ticket cache; kafka-python needs the 'gssapi' package for it).
+_PASSWORD_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_MECHANISMS = _PASSWORD_MECHANISMS + ("GSSAPI",)
+_LOGIN_MODULE_MECHANISMS = {"PlainLoginModule": ("PLAIN",),
+                            "ScramLoginModule": ("SCRAM-SHA-256", "SCRAM-SHA-512")}
 
 # Settings of our own fetch loop (executor side), by Java consumer name.
 _FETCH_SETTINGS = {
@@ -62,11 +102,6 @@ _IGNORED = {"group.id", "auto.offset.reset", "session.timeout.ms", "heartbeat.in
             "partition.assignment.strategy", "group.instance.id", "client.rack"}
 
 _JVM_ONLY = {
-    "ssl.truststore.location": "Java keystores can't be read from Python; export the CA "
-                               "certificate to PEM and set 'kafka.ssl.cafile'",
-    "ssl.keystore.location": "Java keystores can't be read from Python; export the client "
-                             "certificate and key to PEM and set 'kafka.ssl.certfile' and "
-                             "'kafka.ssl.keyfile'",
     "sasl.login.callback.handler.class": "Java callback handlers can't run in Python",
     "sasl.client.callback.handler.class": "Java callback handlers can't run in Python",
 }
@@ -85,6 +120,8 @@ _JAAS = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
 def _convert(name: str, raw: str, kind):
+    if kind is Secret:
+        return Secret(raw)  # kept as given (a password may start or end with a space)
     text = str(raw).strip()
     if kind is int:
         try:
@@ -101,9 +138,13 @@ def _convert(name: str, raw: str, kind):
     return text
 
 
-def _parse_jaas(text: str) -> dict[str, str]:
-    """Pull username/password out of a Java JAAS line, e.g. PlainLoginModule or ScramLoginModule."""
-    if "PlainLoginModule" not in text and "ScramLoginModule" not in text:
+def _parse_jaas(text: str) -> dict[str, object]:
+    """Username, password and login module of a Java JAAS line (Plain or SCRAM login module).
+
+    Never puts any part of ``text`` into an error message: it holds a password.
+    """
+    modules = [m for m in _LOGIN_MODULE_MECHANISMS if m in text]
+    if len(modules) != 1:
         raise OptionError("Option 'kafka.sasl.jaas.config' is only understood for "
                           "PlainLoginModule and ScramLoginModule (username/password); for other "
                           "mechanisms set 'kafka.sasl.mechanism' and the matching kafka.sasl.* "
@@ -112,7 +153,47 @@ def _parse_jaas(text: str) -> dict[str, str]:
     if "username" not in fields or "password" not in fields:
         raise OptionError("Option 'kafka.sasl.jaas.config' must contain username=\"...\" and "
                           "password=\"...\".")
-    return {"sasl_plain_username": fields["username"], "sasl_plain_password": fields["password"]}
+    return {"sasl_plain_username": fields["username"],
+            "sasl_plain_password": Secret(fields["password"]),
+            "sasl_login_module": modules[0]}
+
+
+def _check_sasl(config: dict[str, object]) -> None:
+    """The SASL settings fit together: a mechanism we can speak, credentials it can use."""
+    protocol = config["security_protocol"]
+    mechanism = config.get("sasl_mechanism")
+    module = config.pop("sasl_login_module", None)
+    if not protocol.startswith("SASL_"):
+        given = [n for n, v in (("kafka.sasl.mechanism", mechanism),
+                                ("kafka.sasl.jaas.config", module)) if v]
+        if given:
+            log.warning("%s %s set but 'kafka.security.protocol' is %s, so no SASL "
+                        "authentication takes place; use SASL_SSL or SASL_PLAINTEXT to "
+                        "authenticate.", " and ".join(f"'{n}'" for n in given),
+                        "are" if len(given) > 1 else "is", protocol)
+        return
+    if not mechanism:
+        hint = (f" ({' or '.join(_LOGIN_MODULE_MECHANISMS[module])} for the {module} in "
+                "'kafka.sasl.jaas.config')" if module else "")
+        raise OptionError(f"Option 'kafka.sasl.mechanism' is required with "
+                          f"'kafka.security.protocol' {protocol}: one of "
+                          f"{', '.join(SASL_MECHANISMS)}{hint}.")
+    mechanism = str(mechanism).upper()
+    if mechanism not in SASL_MECHANISMS:
+        raise OptionError(f"Option 'kafka.sasl.mechanism' is '{config['sasl_mechanism']}'; "
+                          f"supported are {', '.join(SASL_MECHANISMS)}.")
+    config["sasl_mechanism"] = mechanism
+    if module and mechanism not in _LOGIN_MODULE_MECHANISMS[module]:
+        raise OptionError(f"Option 'kafka.sasl.jaas.config' uses {module}, which does not go with "
+                          f"'kafka.sasl.mechanism' {mechanism}: {module} is for "
+                          f"{' or '.join(_LOGIN_MODULE_MECHANISMS[module])}.")
+    if mechanism in _PASSWORD_MECHANISMS and not (config.get("sasl_plain_username")
+                                                  and config.get("sasl_plain_password")):
+        raise OptionError(f"SASL mechanism {mechanism} needs a username and password: set "
+                          "'kafka.sasl.jaas.config', e.g. org.apache.kafka.common.security."
+                          + ("plain.PlainLoginModule" if mechanism == "PLAIN"
+                             else "scram.ScramLoginModule")
+                          + ' required username="..." password="...";')
 
 
 def client_config_from_options(opts: Mapping[str, str]) -> dict[str, object]:
@@ -138,8 +219,8 @@ def client_config_from_options(opts: Mapping[str, str]) -> dict[str, object]:
             config.update(_parse_jaas(str(raw)))
         elif name == "ssl.endpoint.identification.algorithm":
             config["ssl_check_hostname"] = str(raw).strip().lower() == "https"
-        elif name in _CONNECTION_SETTINGS:
-            target, kind = _CONNECTION_SETTINGS[name]
+        elif name in _CONNECTION_SETTINGS or name in _TLS_SETTINGS:
+            target, kind = _CONNECTION_SETTINGS.get(name) or _TLS_SETTINGS[name]
             config[target] = _convert(name, raw, kind)
         elif name in _FETCH_SETTINGS:
             target, kind = _FETCH_SETTINGS[name]
@@ -154,11 +235,20 @@ def client_config_from_options(opts: Mapping[str, str]) -> dict[str, object]:
                           f"'read_committed', got '{config['isolation_level']}'.")
     config["isolation_level"] = level
     protocol = str(config.get("security_protocol", "PLAINTEXT")).upper()
-    if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+    if protocol not in SECURITY_PROTOCOLS:
         raise OptionError("Option 'kafka.security.protocol' must be one of PLAINTEXT, SSL, "
                           f"SASL_PLAINTEXT, SASL_SSL; got '{config['security_protocol']}'.")
     config["security_protocol"] = protocol
+    _check_sasl(config)
+    tls_given = sorted(k for k in config if k in TLS_SETTINGS and k != "ssl_check_hostname")
+    if tls_given and not uses_tls(config):
+        log.warning("TLS options are set but 'kafka.security.protocol' is %s, so they are not "
+                    "used; use SSL or SASL_SSL for TLS.", protocol)
     return config
+
+
+def uses_tls(config: Mapping[str, object]) -> bool:
+    return config.get("security_protocol") in ("SSL", "SASL_SSL")
 
 
 # The largest response frame the network layer accepts (kafka-python's own default is 1,000,000
@@ -176,9 +266,9 @@ def receive_message_max_bytes(config: Mapping[str, object]) -> int:
 
 
 def connection_settings(config: Mapping[str, object]) -> dict[str, object]:
-    """The subset of ``config`` that configures the network client."""
-    names = {target for target, _ in _CONNECTION_SETTINGS.values()}
-    names.update({"ssl_check_hostname", "sasl_plain_username", "sasl_plain_password"})
+    """The subset of ``config`` that configures connections: kafka-python's network client
+    settings and the TLS settings (:mod:`kafka_source.wire.tls`). Secrets stay wrapped."""
+    names = {target for target, _ in _CONNECTION_SETTINGS.values()} | TLS_SETTINGS
     settings = {k: v for k, v in config.items() if k in names}
     settings["receive_message_max_bytes"] = receive_message_max_bytes(config)
     return settings

@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from .client_config import client_config_from_options
+from .client_config import client_config_from_options, uses_tls
 from ..errors import OptionError
 
 log = logging.getLogger(__name__)
@@ -307,10 +307,17 @@ def _check_offsets_within_subscription(spec: OffsetSpec, sub: Subscription) -> N
 
 
 def validate_common_options(options: Mapping[str, str]) -> None:
-    """Checks that hold for batch and streaming reads alike; run when the DataFrame is defined."""
+    """Checks that hold for batch and streaming reads alike; run when the DataFrame is defined.
+
+    With TLS, the trust and key stores are opened too, so that a missing file or a wrong
+    password fails here, naming the option, rather than in the first task."""
     opts = _lower_keys(options)
     parse_subscription(opts)
-    client_config_from_options(opts)
+    config = client_config_from_options(opts)
+    if uses_tls(config):
+        from ..wire.tls import ssl_context
+
+        ssl_context(config)
     parse_bool(opts, "includeHeaders", False)
 
 

@@ -39,7 +39,7 @@ from kafka.protocol.consumer import (HeartbeatRequest, JoinGroupRequest, LeaveGr
 
 from .assignors import Assignment, PartitionAssignor, Subscription, validate_assignment
 from ..wire.client import BrokerClient, RetriableBrokerError, TopicPartition, error_for
-from ..errors import KafkaSourceError, OptionError
+from ..errors import BrokerSecurityError, KafkaSourceError, OptionError
 from ..config.options import GroupOptions
 
 log = logging.getLogger(__name__)
@@ -556,6 +556,10 @@ class _HeartbeatThread(threading.Thread):
                     self._node = None
                     log.info("Group '%s': heartbeat failed (%s); retrying", m.group_id, exc)
                     continue
+                except BrokerSecurityError as exc:  # no retry can fix it: fail the query
+                    with m._lock:
+                        m._fatal = exc
+                    return
                 except Exception as exc:  # never let the thread die silently
                     log.warning("Group '%s': heartbeat error: %s", m.group_id, exc)
                     self._node = None

@@ -6,7 +6,6 @@ per-process cache keyed by the connection settings; a task that fails drops its 
 
 from __future__ import annotations
 
-import json
 import threading
 from typing import Iterator
 
@@ -17,21 +16,23 @@ from ..config.client_config import connection_settings
 from .fetcher import FetchSettings, RangeFetcher
 from .planning import KafkaInputPartition
 
-_clients: dict[str, BrokerClient] = {}
+_clients: dict[tuple, BrokerClient] = {}
 _lock = threading.Lock()
 
 
-def _client_key(config) -> str:
-    return json.dumps(connection_settings(config), sort_keys=True, default=str)
+def _client_key(config) -> tuple:
+    # Secrets hash and compare by value (kafka_source.config.secrets), so two reads with
+    # different passwords never share a connection, and the key shows no password.
+    return tuple(sorted(connection_settings(config).items()))
 
 
-def _checkout(key: str, config) -> BrokerClient:
+def _checkout(key: tuple, config) -> BrokerClient:
     with _lock:
         client = _clients.pop(key, None)
     return client if client is not None else BrokerClient(config)
 
 
-def _checkin(key: str, client: BrokerClient) -> None:
+def _checkin(key: tuple, client: BrokerClient) -> None:
     with _lock:
         old = _clients.pop(key, None)
         _clients[key] = client

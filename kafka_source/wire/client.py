@@ -20,6 +20,13 @@ answer that lists brokers comes from a broker that knows the cluster, so UNKNOWN
 in it means the topic does not exist, and is reported at once. :class:`Retries` is the one
 bounded retry policy the driver's planning uses for all of this (``fetchOffset.numRetries``,
 ``fetchOffset.retryIntervalMs``, at least ``kafka.request.timeout.ms``).
+
+Every connection of a client -- the driver's planning, an executor's fetches, the group
+member's coordinator and heartbeat connections -- is made here, so this is where the TLS
+context is built from the client settings (:mod:`kafka_source.wire.tls`), where secrets are
+revealed to kafka-python (and nowhere else), and where a TLS or SASL failure that no retry can
+fix surfaces at once as :class:`~kafka_source.errors.BrokerSecurityError`
+(:mod:`kafka_source.wire.handshake`).
 """
 
 from __future__ import annotations
@@ -31,11 +38,15 @@ from typing import Callable, Iterable, Mapping, TypeVar
 
 import kafka.errors as Errors
 from kafka.net.compat import KafkaNetClient
+from kafka.net.selector import NetworkSelector
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, MetadataRequest
 
-from ..config.client_config import connection_settings
-from ..errors import BrokerUnavailableError, TopicError
+from ..config.client_config import TLS_SETTINGS, connection_settings, uses_tls
+from ..config.secrets import reveal
+from ..errors import BrokerSecurityError, BrokerUnavailableError, TopicError
+from .handshake import ConnectionManager
+from .tls import ssl_context
 
 log = logging.getLogger(__name__)
 
@@ -141,9 +152,14 @@ class BrokerClient:
 
     def __init__(self, config: Mapping[str, object]):
         settings = connection_settings(config)
+        tls = {k: settings.pop(k) for k in list(settings) if k in TLS_SETTINGS}
+        settings = {k: reveal(v) for k, v in settings.items()}
+        settings["ssl_context"] = ssl_context(tls) if uses_tls(config) else None
         self.bootstrap_servers = str(settings["bootstrap_servers"])
         self.request_timeout_ms = int(settings.get("request_timeout_ms", 30_000))
-        self._net = KafkaNetClient(**settings)
+        net = NetworkSelector(**settings)
+        self._connections = ConnectionManager(net, tls_settings=tls, **settings)
+        self._net = KafkaNetClient(net=net, manager=self._connections)
         self._bootstrapped = False
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -153,13 +169,17 @@ class BrokerClient:
             return
         timeout_ms = self.request_timeout_ms if timeout_ms is None else timeout_ms
         try:
-            self._net._manager.bootstrap(timeout_ms)
+            self._connections.bootstrap(timeout_ms)
+        except BrokerSecurityError as exc:
+            raise BrokerSecurityError(str(exc)) from None  # a fresh one: no stacked tracebacks
         except Errors.KafkaTimeoutError:
+            last = self._connections.last_failure
             raise BrokerUnavailableError(
                 f"Could not reach any Kafka broker at '{self.bootstrap_servers}' (option "
                 f"'kafka.bootstrap.servers') within {timeout_ms / 1000:.0f} s. Check the "
                 "host:port list, that the brokers are up and reachable from this machine, and "
-                "'kafka.security.protocol' if they need TLS or SASL.") from None
+                "'kafka.security.protocol' if they need TLS or SASL."
+                + (f" Last error: {last}." if last else "")) from None
         except Errors.KafkaError as exc:
             raise BrokerUnavailableError(
                 f"Could not connect to Kafka at '{self.bootstrap_servers}' (option "
@@ -203,7 +223,12 @@ class BrokerClient:
             if not future.succeeded():
                 raise Errors.KafkaTimeoutError(f"no response within {timeout_ms} ms")
             return future.value
+        except BrokerSecurityError as exc:  # kafka-python re-raises the one it keeps per node
+            raise BrokerSecurityError(str(exc)) from None
         except _RETRIABLE_NETWORK_ERRORS as exc:
+            fatal = self._connections.auth_failure(node_id)
+            if fatal is not None:
+                raise BrokerSecurityError(str(fatal)) from None
             raise RetriableBrokerError(f"broker {node_id}: {exc}") from exc
 
     # --- metadata --------------------------------------------------------------------------

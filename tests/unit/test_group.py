@@ -16,7 +16,7 @@ import pytest
 from kafka_source.group.assignors import (Assignment, PartitionAssignor, RangeAssignor,
                                     RoundRobinAssignor, Subscription)
 from kafka_source.wire.client import RetriableBrokerError
-from kafka_source.errors import KafkaSourceError, OptionError
+from kafka_source.errors import BrokerSecurityError, KafkaSourceError, OptionError
 from kafka_source.group.member import GroupMember
 from kafka_source.config.options import GroupOptions
 
@@ -395,6 +395,15 @@ def test_heartbeats_keep_the_session_alive(make_member):
         assert member.stable and member.rejoin_reason() is None
     finally:
         fake.shutdown()
+
+
+def test_heartbeat_connection_failing_tls_or_sasl_fails_the_query(fake, make_member):
+    member = make_member(fake, "C0")
+    member.ensure_active(["t0"])
+    fake.script(HEARTBEAT, BrokerSecurityError("SASL: the broker rejected PLAIN authentication"))
+    wait_until(lambda: not heartbeat_alive(member), what="the heartbeat thread to stop")
+    with pytest.raises(BrokerSecurityError, match="rejected PLAIN authentication"):
+        member.ensure_active(["t0"])
 
 
 def test_heartbeat_sees_rebalance_requests_rejoin_and_keeps_beating(fake, make_member):

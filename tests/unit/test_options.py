@@ -156,7 +156,7 @@ def test_kafka_options_pass_to_the_client():
     assert o.read_committed
     assert c["client_id"] == "me" and c["request_timeout_ms"] == 1234
     assert c["security_protocol"] == "SASL_SSL" and c["sasl_mechanism"] == "PLAIN"
-    assert c["sasl_plain_username"] == "alice" and c["sasl_plain_password"] == 's"cret'
+    assert c["sasl_plain_username"] == "alice" and c["sasl_plain_password"].reveal() == 's"cret'
     assert c["ssl_cafile"] == "/ca.pem"
     assert c["max_partition_fetch_bytes"] == 2097152 and c["check_crcs"] is False
 
@@ -165,7 +165,7 @@ def test_kafka_options_pass_to_the_client():
     ("kafka.isolation.level", "serializable", "read_committed"),
     ("kafka.security.protocol", "TLS", "SASL_SSL"),
     ("kafka.request.timeout.ms", "fast", "integer"),
-    ("kafka.ssl.truststore.location", "/x.jks", "kafka.ssl.cafile"),
+    ("kafka.sasl.login.callback.handler.class", "com.example.H", "Java callback handlers"),
     ("kafka.key.deserializer", "x", "binary"),
     ("kafka.enable.auto.commit", "true", "not supported"),
     ("kafka.auto.offset.reset", "earliest", "startingOffsets"),
