@@ -39,7 +39,8 @@ def __getattr__(name):
 
 
 def register(spark) -> None:
-    """Register the ``pykafka`` format with ``spark``."""
+    """Register the ``pykafka`` format with ``spark`` (remembering the session's default
+    parallelism, which decides how many tasks small reads are packed into)."""
     from .datasource import KafkaDataSource
 
-    spark.dataSource.register(KafkaDataSource)
+    spark.dataSource.register(KafkaDataSource.for_session(spark))

@@ -3,8 +3,9 @@
 It wraps kafka-python's network layer (connections, TLS/SASL, API version negotiation) and its
 protocol message classes, and adds what this source needs on top: a bootstrap that fails within a
 bounded time naming the address, metadata for named topics without auto-creating them, ListOffsets
-grouped by partition leader, and raw Fetch requests whose record bytes we decode ourselves
-(:mod:`kafka_source.wire.records`).
+grouped by partition leader, and the executors' dedicated Fetch connections, which kafka-python
+sets up (TLS, SASL) and the fetch loop then reads from directly
+(:mod:`kafka_source.wire.fetch_connection`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Iterable, Mapping
 
 import kafka.errors as Errors
 from kafka.net.compat import KafkaNetClient
-from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
+from kafka.protocol.consumer import ListOffsetsRequest
 from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, MetadataRequest
 
 from ..config.client_config import connection_settings
@@ -30,8 +31,6 @@ TopicPartition = tuple[str, int]
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 
-# Highest Fetch version that still addresses topics by name (v13 switches to topic ids).
-_MAX_FETCH_VERSION = 12
 _RETRIABLE_NETWORK_ERRORS = (Errors.KafkaConnectionError, Errors.NodeNotReadyError,
                              Errors.KafkaTimeoutError, Errors.RequestTimedOutError)
 
@@ -64,8 +63,12 @@ class BrokerClient:
         settings = connection_settings(config)
         self.bootstrap_servers = str(settings["bootstrap_servers"])
         self.request_timeout_ms = int(settings.get("request_timeout_ms", 30_000))
+        self._settings = settings
         self._net = KafkaNetClient(**settings)
         self._bootstrapped = False
+        self._fetch_connections = None
+        # The leader of every partition looked up so far (planning orders tasks by it).
+        self.known_leaders: dict[TopicPartition, int] = {}
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -89,6 +92,8 @@ class BrokerClient:
 
     def close(self) -> None:
         try:
+            if self._fetch_connections is not None:
+                self._fetch_connections.close()
             self._net.close()
         except Exception:  # closing must never mask the real outcome
             log.debug("error closing Kafka client", exc_info=True)
@@ -173,6 +178,7 @@ class BrokerClient:
             if part.leader < 0:
                 raise RetriableBrokerError(f"{topic}-{partition} has no leader")
             result[(topic, partition)] = part.leader
+        self.known_leaders.update(result)
         return result
 
     # --- group coordinator -------------------------------------------------------------------
@@ -255,24 +261,28 @@ class BrokerClient:
                     result[(topic.name, p.partition_index)] = (offset, p.timestamp)
         return result
 
-    # --- fetch -----------------------------------------------------------------------------
+    # --- fetch ---------------------------------------------------------------------------
 
-    def fetch(self, node_id: int, positions: Mapping[TopicPartition, int], *,
-              partition_max_bytes: int, max_bytes: int, max_wait_ms: int, min_bytes: int,
-              read_committed: bool, timeout_ms: int | None = None):
-        """One Fetch request to ``node_id`` for ``positions``; returns the raw FetchResponse."""
-        FT = FetchRequest.FetchTopic
-        FP = FT.FetchPartition
-        topics: dict[str, list] = {}
-        for (topic, partition), offset in positions.items():
-            topics.setdefault(topic, []).append(FP(
-                partition=partition, current_leader_epoch=-1, fetch_offset=offset,
-                log_start_offset=-1, partition_max_bytes=partition_max_bytes))
-        request = FetchRequest(
-            replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
-            isolation_level=1 if read_committed else 0, session_id=0, session_epoch=-1,
-            topics=[FT(topic=t, partitions=ps) for t, ps in topics.items()],
-            forgotten_topics_data=[], rack_id="", max_version=_MAX_FETCH_VERSION)
-        if timeout_ms is None:
-            timeout_ms = self.request_timeout_ms + max_wait_ms
-        return self.send(node_id, request, timeout_ms=timeout_ms)
+    def fetch_connections(self):
+        """This client's dedicated Fetch connections, one per broker
+        (:mod:`kafka_source.wire.fetch_connection`); closed with the client."""
+        if self._fetch_connections is None:
+            from .fetch_connection import FetchConnections  # noqa: PLC0415 - executor-only
+
+            self._fetch_connections = FetchConnections(self.open_fetch_connection)
+        return self._fetch_connections
+
+    def open_fetch_connection(self, node_id: int):
+        """A new Fetch connection to broker ``node_id``, set up by kafka-python with this
+        client's settings (TLS, SASL), its socket then owned by the fetch loop."""
+        from .fetch_connection import FetchConnection  # noqa: PLC0415 - executor-only
+
+        self.bootstrap()
+        broker = self._net.cluster.broker_metadata(node_id)
+        if broker is None:
+            self.metadata([])
+            broker = self._net.cluster.broker_metadata(node_id)
+        if broker is None:
+            raise RetriableBrokerError(f"broker {node_id} is not in the cluster metadata")
+        return FetchConnection.open(self._settings, node_id, broker.host, broker.port,
+                                    timeout_ms=self.request_timeout_ms)

@@ -73,7 +73,7 @@ def test_small_ranges_never_split_below_one_record():
 
 def test_input_partitions_pickle_with_everything_an_executor_needs():
     settings = ReadSettings({"bootstrap_servers": "h:1"}, True, False, 5000)
-    parts = input_partitions([r(0, 0, 5), r(1, 2, 9)], settings)
+    parts = input_partitions([[r(0, 0, 5)], [r(1, 2, 9)]], settings)
     assert [p.index for p in parts] == [0, 1]
     back = pickle.loads(pickle.dumps(parts[1]))
     assert isinstance(back, KafkaInputPartition)
