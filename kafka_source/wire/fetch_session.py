@@ -121,7 +121,3 @@ class FetchSession:
     @property
     def in_flight(self) -> bool:
         return self._pending is not None
-
-    def is_full_response(self) -> bool:
-        """Whether the pending request is full (its response lists every partition)."""
-        return self._pending is not None and self._pending.full
