@@ -24,11 +24,13 @@ from kafka_source.wire import fast_decode as fd
 from kafka_source.wire.arrow import records_to_batch
 from kafka_source.errors import CorruptRecordError
 from kafka_source.wire.fast_decode import ArrowDecodeResult, decode_to_arrow
+from kafka_source.wire.fetch_protocol import parse_fetch_response, response_header_size
 from kafka_source.wire.records import decode_records
 from kafka_source.schema import arrow_schema
 
 from . import record_builder as rb
 from .record_builder import R
+from .response_builder import encode_response
 
 BIG = 1 << 62
 TOPIC = "events-é"
@@ -950,3 +952,71 @@ def test_kafka_python_builder(codec):
     data = bytes(builder.build())
     check(data)
     check(data, start=10, end=30)
+
+
+# -- multi-partition Fetch responses ---------------------------------------------------------------
+
+def response_buffer(partitions: dict, version: int = 12):
+    """A Fetch response with these partitions' records, received the way the fetch connection
+    receives it (one PaddedBuffer: size, frame, padding) and parsed in place."""
+
+    topics: dict = {}
+    for (topic, partition), (raw, aborted) in partitions.items():
+        topics.setdefault(topic, {})[partition] = dict(
+            error=0, hw=1 << 40, lso=1 << 40, start=0, records=raw,
+            aborted=[(pid, first) for pid, first in aborted] or None)
+    frame = encode_response(version, topics=topics)
+    buf = fd.PaddedBuffer(frame + fd.RECORDS_PADDING + b"\x0c\x00" * 50)
+    body = memoryview(buf)[4:len(frame)]
+    result = parse_fetch_response(body[response_header_size(version, body):], version)
+    return buf, result
+
+
+@settings(max_examples=120, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(parts=st.lists(logs(), min_size=1, max_size=4), version=st.sampled_from([4, 7, 11, 12]),
+       data=st.data())
+def test_multi_partition_responses_decode_in_place_like_the_reference(parts, version, data):
+    committed = data.draw(st.booleans())
+    spec = {}
+    for i, (raw, first, nxt, txn_starts) in enumerate(parts):
+        aborted = data.draw(st.lists(st.sampled_from(txn_starts), unique=True)) \
+            if txn_starts else []
+        spec[("events" if i % 2 else "clicks", i)] = (raw, aborted, data.draw(windows(first, nxt)))
+    buf, result = response_buffer({tp: (raw, aborted) for tp, (raw, aborted, _) in spec.items()},
+                                  version)
+    with tuning(*data.draw(tuning_st)):
+        for tp, (raw, aborted, (start, end)) in spec.items():
+            got = result.partitions[tp]
+            assert bytes(got.records) == raw and got.records.obj is buf
+            kw = dict(start_offset=start, end_offset=end, read_committed=committed,
+                      aborted_transactions=got.aborted if version >= 4 else [],
+                      check_crcs=True)
+            for include_headers in (False, True):
+                want = _outcome(lambda: reference(raw, include_headers, **kw))
+                have = _outcome(lambda: fast(got.records, include_headers, **kw))
+                assert want[0] == have[0], (want, have)
+                if want[0] == "raised":
+                    assert str(want[1]) == str(have[1])
+                    continue
+                assert _pylist(have[1][0]) == _pylist(want[1][0])
+                assert have[1][1:] == want[1][1:]
+
+
+def test_multi_partition_response_of_uncompressed_batches_is_decoded_without_copies(monkeypatch):
+    calls = []
+    real = fd._in_place
+    monkeypatch.setattr(fd, "_in_place", lambda p: calls.append(1) or real(p))
+    spec = {("t", p): (b"".join(simple(30, 30 * i + 1000 * p, value_size=40).data
+                                for i in range(4)), []) for p in range(3)}
+    buf, result = response_buffer(spec)
+    tables = []
+    for (topic, partition), data in sorted(result.partitions.items()):
+        res = decode_to_arrow(data.records, start_offset=0, end_offset=BIG, topic=topic,
+                              partition=partition, include_headers=False)
+        tables.append(pa.Table.from_batches(res.batches))
+    before = [t.to_pylist() for t in tables]
+    buf[:] = b"\x00" * len(buf)               # the connection reuses the buffer
+    assert [t.to_pylist() for t in tables] == before
+    assert [len(t) for t in tables] == [120, 120, 120] and len(calls) == 3
+    assert before[2][0]["offset"] == 2000 and before[2][0]["partition"] == 2

@@ -20,7 +20,7 @@ from kafka_source.wire.fast_decode import RECORDS_PADDING, PaddedBuffer
 from kafka_source.wire.fetch_connection import FetchConnection, FetchConnections
 from kafka_source.wire.fetch_protocol import FetchPartitionRequest as F
 
-from .test_fetch_protocol import encode_response
+from .response_builder import encode_response
 
 VERSION = 12
 TP = ("t", 0)
