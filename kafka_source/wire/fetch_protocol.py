@@ -160,7 +160,7 @@ def _parse(buf: memoryview, version: int) -> FetchResult:
                     pos = _skip_tags(buf, pos)
             if version >= 11:
                 pos += 4                      # preferred_read_replica
-            size, pos = _bytes_len(buf, pos, flexible)
+            size, pos = _length(buf, pos, flexible)
             if size < 0:
                 records = buf[pos:pos]
             else:
@@ -204,33 +204,25 @@ def _skip_tags(buf, pos: int) -> int:
     return pos
 
 
-def _array_len(buf, pos: int, flexible: bool, nullable: bool = False) -> tuple[int, int]:
+def _length(buf, pos: int, flexible: bool, fixed: struct.Struct = _I32) -> tuple[int, int]:
+    """A length prefix: in flexible versions an unsigned varint of length + 1, else a signed
+    big-endian int of ``fixed``'s width; -1 means null."""
     if flexible:
         n, pos = _uvarint(buf, pos)
-        n -= 1
-    else:
-        (n,) = _I32.unpack_from(buf, pos)
-        pos += 4
+        return n - 1, pos
+    (n,) = fixed.unpack_from(buf, pos)
+    return n, pos + fixed.size
+
+
+def _array_len(buf, pos: int, flexible: bool, nullable: bool = False) -> tuple[int, int]:
+    n, pos = _length(buf, pos, flexible)
     if n < 0 and not nullable:
         raise ValueError("null array where one is required")
     return n, pos
 
 
-def _bytes_len(buf, pos: int, flexible: bool) -> tuple[int, int]:
-    if flexible:
-        n, pos = _uvarint(buf, pos)
-        return n - 1, pos
-    (n,) = _I32.unpack_from(buf, pos)
-    return n, pos + 4
-
-
 def _string(buf, pos: int, flexible: bool) -> tuple[str, int]:
-    if flexible:
-        n, pos = _uvarint(buf, pos)
-        n -= 1
-    else:
-        (n,) = _I16.unpack_from(buf, pos)
-        pos += 2
+    n, pos = _length(buf, pos, flexible, _I16)
     if n < 0:
         raise ValueError("null topic name")
     if pos + n > len(buf):
