@@ -43,7 +43,7 @@ import kafka.errors as Errors
 from kafka.net.compat import KafkaNetClient
 from kafka.protocol.consumer import FetchRequest
 
-from ..errors import BrokerUnavailableError
+from ..errors import BrokerUnavailableError, KafkaSourceError
 from .fast_decode import RECORDS_PADDING, PaddedBuffer
 from .fetch_protocol import (MAX_FETCH_VERSION, MIN_FETCH_VERSION, SESSION_VERSION,
                              FetchPartitionRequest, FetchResult, TopicPartition,
@@ -102,6 +102,13 @@ class FetchConnection:
             fetch_version = conn.broker_version_data.api_version(
                 FetchRequest, max_version=MAX_FETCH_VERSION)
             lifetime_ms = getattr(getattr(conn, "_reauth", None), "session_lifetime_ms", 0) or 0
+        except AttributeError as exc:
+            # The few private parts of kafka-python 3's network layer used above moved.
+            net.close()
+            raise KafkaSourceError(
+                f"This kafka-python version ({_kafka_python_version()}) is not supported by "
+                f"pykafka's fetch connections ({exc}); install the kafka-python 3.0 release "
+                "pykafka was tested with.") from exc
         except BaseException:
             net.close()
             raise
@@ -241,6 +248,12 @@ class FetchConnection:
                 self._sock.close()
         except Exception:  # noqa: BLE001 - closing must never mask the real outcome
             log.debug("error closing fetch connection to broker %s", self.node_id, exc_info=True)
+
+
+def _kafka_python_version() -> str:
+    from kafka.version import __version__   # noqa: PLC0415
+
+    return __version__
 
 
 def _retriable(node_id, message: str):

@@ -92,7 +92,7 @@ def pair():
     ours, theirs = socket.socketpair()
     broker = Broker(theirs)
     conn = FetchConnection(ours, node_id=1, version=VERSION, client_id="test",
-                           max_frame_bytes=100 << 20, request_timeout_ms=300)
+                           max_frame_bytes=100 << 20, request_timeout_ms=2000)
     yield conn, broker
     conn.close()
     theirs.close()
@@ -107,7 +107,7 @@ def fetch(conn, offset=0, max_bytes=1 << 20):
 def test_a_large_response_in_small_pieces_lands_in_one_padded_buffer(pair):
     conn, broker = pair
     records = bytes(range(256)) * 12_000                   # 3 MB: larger than the buffer
-    broker.script = [answer(records, pieces=300, delay=0.0005), answer(b"xyz")]
+    broker.script = [answer(records, pieces=300, delay=0.0002), answer(b"xyz")]
     result = fetch(conn)
     data = result.partitions[TP].records
     assert bytes(data) == records
@@ -143,7 +143,7 @@ def test_one_request_at_a_time(pair):
 
 
 @pytest.mark.parametrize("step,message", [
-    (stall, "no complete Fetch response within 300 ms"),
+    (stall, "no complete Fetch response within 2000 ms"),
     (hang_up, "closed by the broker"),
     (answer(correlation=999), "response to request 999"),
     (send_raw(b"\xff\xff\xff\xff"), "invalid response frame size -1"),
@@ -155,7 +155,7 @@ def test_broken_answers_fail_within_the_request_timeout_and_close(pair, step, me
     t0 = time.monotonic()
     with pytest.raises(Exception, match=message) as info:
         fetch(conn)
-    assert time.monotonic() - t0 < 2.0
+    assert time.monotonic() - t0 < 6.0       # the 2 s request timeout, on a busy machine
     assert isinstance(info.value, RetriableBrokerError) or "malformed" in message
     assert conn.closed and not conn.in_flight
     with pytest.raises(RetriableBrokerError, match="closed"):
