@@ -449,7 +449,9 @@ def compare_with_jvm(spark, bootstrap: str, todo: list[AnchorWorkload], results:
         if a.mode == "batch":
             row = next((r for r in results if r["reader"] == f"pykafka {ANCHOR_MASTER}"
                         and r["topic"] == a.workload.topic and r.get("median_s")), None)
-            if row is None:
+            if row is not None:
+                log(f"pykafka {ANCHOR_MASTER}: {a.name}: the {a.workload.name} runs above")
+            else:
                 log(f"pykafka {ANCHOR_MASTER}: {a.name} ({args.warmups} warm-up + {args.runs} "
                     "runs)")
                 row = guarded(f"pykafka {a.name}", measure_spark, spark, ANCHOR_MASTER,
@@ -461,6 +463,8 @@ def compare_with_jvm(spark, bootstrap: str, todo: list[AnchorWorkload], results:
                           a.workload, a.max_offsets, args.runs, args.warmups)
         if row:
             log(f"  {row['records_per_s']:,.0f} records/s, median {row['median_s']:.3f} s")
+        else:
+            row = failed_row(f"pykafka {ANCHOR_MASTER}", a.workload, "see the log")
         rows.append({"workload": a.name, "label": a.label, "mode": a.mode,
                      "topic": a.workload.topic, "max_offsets_per_trigger": a.max_offsets,
                      "pykafka": row})
