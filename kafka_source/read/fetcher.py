@@ -193,6 +193,8 @@ class RangeFetcher:
                     conn = self.connections.get(leader)
                     if not conn.in_flight:
                         self._send(conn, group)
+                        if not conn.in_flight:
+                            continue          # nothing of this group is left to fetch
                     result = conn.receive()
                     yield from self._handle(conn, leader, result, parts, decode)
                 except RetriableBrokerError as exc:

@@ -92,10 +92,10 @@ def test_input_partitions_pickle_with_everything_an_executor_needs():
 # --- how many tasks, and packing ranges into them ----------------------------------------------
 
 def test_task_count_follows_the_work_and_the_cores():
-    small = [5_000] * 8                                  # 40k records in 8 ranges
-    assert task_count(small, max_partitions=4) == 2      # 2 x MIN_TASK_RECORDS worth
+    small = [MIN_TASK_RECORDS // 4] * 8                  # 8 ranges, 2 x MIN_TASK_RECORDS
+    assert task_count(small, max_partitions=4) == 2      # as many tasks as the work is worth
     assert task_count([1] * 8, max_partitions=4) == 1
-    big = [1_000_000] * 8
+    big = [10 * MIN_TASK_RECORDS] * 8
     assert task_count(big, max_partitions=4) == 4        # the cores
     assert task_count(big, max_partitions=None) == 8     # cores unknown: one per range
     assert task_count(big, max_partitions=64) == 8       # never more tasks than ranges
