@@ -15,7 +15,10 @@ How a record travels, folder by folder:
               stream, admission        streams: each trigger's end offsets, rate limits
     group/    member, assignors        streams: consumer-group membership and commits (driver)
     read/     executor, fetcher        the fetch loop for a task's ranges (executor)
-    wire/     client                   Kafka protocol requests: Metadata, ListOffsets, Fetch, ...
+    wire/     client                   Kafka protocol requests: Metadata, ListOffsets, groups, ...
+              fetch_connection,        the executors' Fetch connections: responses read into one
+              fetch_protocol,          buffer and parsed in place, fetch sessions
+              fetch_session
               records, fast_decode,    record batches -> Arrow columns: codecs, control records,
               codecs, arrow            transactions
     schema, datasource                 Spark's Kafka schema; the DataSource glue
