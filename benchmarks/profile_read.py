@@ -51,9 +51,7 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=25)
     args = ap.parse_args()
 
-    from kafka_source.testing import select_broker
-
-    broker = select_broker()
+    broker = run.select_bench_broker()
     try:
         w = run.Workload(args.codec, args.codec, args.records, args.size, args.partitions)
         run.prepare_topic(broker.bootstrap_servers, w, run.existing_topics(broker.bootstrap_servers))

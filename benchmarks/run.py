@@ -1,4 +1,5 @@
-"""Benchmark: pykafka batch reads against plain Kafka client loops, on the same broker, in one run.
+"""Benchmark: pykafka against Spark's own JVM Kafka source and plain Kafka client loops, on the
+same broker and topics, in one run.
 
     make bench                                  # default sizes (see --help)
     make bench BENCH_ARGS="--quick"             # a small smoke run
@@ -6,8 +7,10 @@
 
 What it does:
 
-1. Selects a broker with ``kafka_source.testing.brokers.select_broker()`` (``KAFKA_BOOTSTRAP_SERVERS``,
-   else Docker/testcontainers, else the embedded Tansu broker).
+1. Selects a broker (:func:`select_bench_broker`): ``KAFKA_BOOTSTRAP_SERVERS``; else a real
+   Apache Kafka started from ``KAFKA_HOME`` or ``../shared/kafka``; else what
+   ``kafka_source.testing.select_broker()`` finds (Docker, or the embedded Tansu broker, whose
+   figures are indicative only -- said loudly in the report).
 2. Creates one topic per workload (``bench-1m-100b-4p-lz4`` ...) and fills it with exactly
    ``--records`` records of ``--size`` bytes, spread evenly over ``--partitions`` partitions, using
    confluent-kafka's producer with the workload's compression codec. A topic that already exists
@@ -20,9 +23,14 @@ What it does:
    each; consumer creation included).
 4. Memory: one partition of ~1 GB (``--memory-records`` x ``--memory-size``) read by pykafka at
    ``local[1]``; peak RSS of the executor's Python worker processes, against 512 MB.
-5. Idle trigger: if ``kafka_source.read.stream`` exists, the driver-side cost of a micro-batch trigger
-   with no new data (``latestOffset`` + ``partitions``), against 50 ms.
-6. Prints a table and PASS/FAIL lines for the targets, writes JSON to
+5. Against Spark's JVM Kafka source (``../shared/anchors/spark-jvm-kafka/run``, when it is
+   there; the report says so when it is not), at ``local[2]``, plain and tuned, on the same
+   topics: batch reads of the ``lz4`` and ``none`` workloads and of the 1 GB partition, and
+   AvailableNow streams into the noop sink with ``maxOffsetsPerTrigger`` 20,000 and 100,000 over
+   the ``none`` workload (the issue's five workloads); ratios pykafka / JVM.
+6. Idle trigger: the driver-side cost of a micro-batch trigger with no new data
+   (``latestOffset`` + ``partitions``), against 50 ms.
+7. Prints a table and PASS/FAIL lines for the targets, writes JSON to
    ``benchmarks/results/<timestamp>.json`` (and ``--json PATH``).
 
 Exit status is non-zero only on a correctness failure (a reader returned the wrong number of
@@ -53,6 +61,7 @@ sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(1, str(HERE))
 
 from procmon import ProcessMonitor  # noqa: E402
+import jvm_anchor  # noqa: E402
 
 RATIO_TARGET = 1.0          # pykafka local[2] records/s over confluent-kafka's
 RATIO_CODECS = ("none", "lz4")
@@ -63,6 +72,10 @@ MB = 1_000_000              # MB/s are 10^6 value bytes per second
 CONFLUENT = "confluent-kafka"
 KAFKA_PYTHON = "kafka-python"
 SPARK_MASTERS = ("local[1]", "local[2]")
+ANCHOR_MASTER = "local[2]"
+TANSU_NOTE = ("INDICATIVE ONLY: the embedded Tansu broker shares the cores with Spark and the "
+              "clients and is not Kafka; set KAFKA_BOOTSTRAP_SERVERS or KAFKA_HOME for real figures")
+STREAM_LIMITS = (20_000, 100_000)     # maxOffsetsPerTrigger of the stream workloads
 
 
 def log(msg: str) -> None:
@@ -359,6 +372,178 @@ def measure_spark(spark, master: str, monitor: ProcessMonitor, bootstrap: str, w
 
 
 # ---------------------------------------------------------------------------------------------
+# Streams, and Spark's JVM Kafka source on the same topics
+# ---------------------------------------------------------------------------------------------
+
+def spark_stream_once(spark, bootstrap: str, w: Workload, max_offsets: int) -> tuple[float, int]:
+    """An AvailableNow stream over the whole topic into the noop sink, as the JVM anchor runs
+    it: (seconds from start() to termination, micro-batches with data)."""
+    checkpoint = tempfile.mkdtemp(prefix="pykafka-bench-ckpt-")
+    t0 = time.perf_counter()
+    query = (spark.readStream.format("pykafka")
+             .option("kafka.bootstrap.servers", bootstrap)
+             .option("subscribe", w.topic)
+             .option("startingOffsets", "earliest")
+             .option("maxOffsetsPerTrigger", str(max_offsets))
+             .load().selectExpr("length(value) AS n")
+             .writeStream.format("noop").option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    elapsed = time.perf_counter() - t0
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+    progress = query.recentProgress
+    records = sum(p["numInputRows"] for p in progress)
+    check(w, f"pykafka stream (maxOffsetsPerTrigger={max_offsets})", records, None)
+    return elapsed, len([p for p in progress if p["numInputRows"] > 0])
+
+
+def measure_spark_stream(spark, bootstrap: str, w: Workload, max_offsets: int, runs: int,
+                         warmups: int) -> dict:
+    times, batches = [], []
+    for _ in range(warmups + runs):
+        elapsed, n = spark_stream_once(spark, bootstrap, w, max_offsets)
+        times.append(elapsed)
+        batches.append(n)
+    return summarize(f"pykafka {ANCHOR_MASTER}", w, times[:warmups], times[warmups:], [],
+                     micro_batches=batches[-1], max_offsets_per_trigger=max_offsets)
+
+
+@dataclass
+class AnchorWorkload:
+    """One of the issue's five workloads, read by pykafka and by Spark's JVM source."""
+
+    name: str                      # "batch-lz4", "stream-20k", ...
+    mode: str                      # "batch" | "stream"
+    workload: Workload             # its topic
+    max_offsets: int | None = None
+
+    @property
+    def label(self) -> str:
+        w = self.workload
+        what = (f"{count_label(w.records)} x {w.size} B, {w.partitions} partition"
+                f"{'s' if w.partitions > 1 else ''}, {w.codec}")
+        if self.mode == "stream":
+            return f"stream, AvailableNow, maxOffsetsPerTrigger={self.max_offsets:,} ({what})"
+        return f"batch, {what}"
+
+
+def anchor_workloads(workloads: list[Workload], big: Workload | None,
+                     limits: tuple[int, ...]) -> list[AnchorWorkload]:
+    by_codec = {w.codec: w for w in workloads}
+    out = [AnchorWorkload(f"batch-{c}", "batch", by_codec[c]) for c in ("lz4", "none")
+           if c in by_codec]
+    if big is not None:
+        out.append(AnchorWorkload("batch-1partition", "batch", big))
+    if "none" in by_codec:
+        out += [AnchorWorkload(f"stream-{count_label(n)}", "stream", by_codec["none"], n)
+                for n in limits]
+    return out
+
+
+def compare_with_jvm(spark, bootstrap: str, todo: list[AnchorWorkload], results: list[dict],
+                     args, guarded) -> list[dict]:
+    """pykafka's figures for the anchor workloads (reusing the codec runs at local[2])."""
+    rows = []
+    for a in todo:
+        if a.mode == "batch":
+            row = next((r for r in results if r["reader"] == f"pykafka {ANCHOR_MASTER}"
+                        and r["topic"] == a.workload.topic and r.get("median_s")), None)
+            if row is not None:
+                log(f"pykafka {ANCHOR_MASTER}: {a.name}: the {a.workload.name} runs above")
+            else:
+                log(f"pykafka {ANCHOR_MASTER}: {a.name} ({args.warmups} warm-up + {args.runs} "
+                    "runs)")
+                row = guarded(f"pykafka {a.name}", measure_spark, spark, ANCHOR_MASTER,
+                              _NoMonitor(), bootstrap, a.workload, args.runs, args.warmups,
+                              args.extra_options)
+        else:
+            log(f"pykafka {ANCHOR_MASTER}: {a.name} ({args.warmups} warm-up + {args.runs} runs)")
+            row = guarded(f"pykafka {a.name}", measure_spark_stream, spark, bootstrap,
+                          a.workload, a.max_offsets, args.runs, args.warmups)
+        if row:
+            log(f"  {row['records_per_s']:,.0f} records/s, median {row['median_s']:.3f} s")
+        else:
+            row = failed_row(f"pykafka {ANCHOR_MASTER}", a.workload, "see the log")
+        rows.append({"workload": a.name, "label": a.label, "mode": a.mode,
+                     "topic": a.workload.topic, "max_offsets_per_trigger": a.max_offsets,
+                     "pykafka": row})
+    return rows
+
+
+def run_jvm(path, bootstrap: str, todo: list[AnchorWorkload], rows: list[dict], args,
+            guarded) -> None:
+    """The JVM source, plain and tuned, on the same topics (after pykafka's session stopped)."""
+    for a, row in zip(todo, rows):
+        for tuned in (False, True):
+            key = "jvm_tuned" if tuned else "jvm"
+            log(f"Spark JVM Kafka source{' (tuned)' if tuned else ''}: {a.name}")
+            out = guarded(f"JVM {key} {a.name}", jvm_anchor.run_anchor, path,
+                          bootstrap=bootstrap, topic=a.workload.topic, mode=a.mode,
+                          runs=args.runs, master=ANCHOR_MASTER,
+                          max_offsets_per_trigger=a.max_offsets, tuned=tuned)
+            if out is not None and out.get("records") != a.workload.records:
+                guarded(f"JVM {key} {a.name}", check, a.workload, f"JVM {key}",
+                        out.get("records") or 0, None)
+                out = None
+            row[key] = out
+            if out:
+                log(f"  {out['records_per_s']:,.0f} records/s, median "
+                    f"{out['seconds_median']:.3f} s")
+
+
+def add_jvm_ratios(rows: list[dict]) -> None:
+    for row in rows:
+        mine = (row.get("pykafka") or {}).get("records_per_s")
+        for key in ("jvm", "jvm_tuned"):
+            theirs = (row.get(key) or {}).get("records_per_s")
+            row[f"ratio_vs_{key}"] = round(mine / theirs, 3) if mine and theirs else None
+
+
+class _NoMonitor:
+    """ProcessMonitor's interface when memory is not what is measured."""
+
+    def reset(self) -> bool:
+        return True
+
+    def peaks_mb(self) -> dict:
+        return {}
+
+
+def print_jvm_table(rows: list[dict], note: str | None) -> None:
+    print(f"pykafka vs Spark's JVM Kafka source (spark-sql-kafka-0-10 4.0.0), {ANCHOR_MASTER}, "
+          "same broker and topics, records/s (MB/s):")
+    if note:
+        print(f"  {note}")
+        return
+    header = ("workload", "pykafka", "JVM", "JVM tuned", "vs JVM", "vs tuned")
+
+    def cell(r, mb=None):
+        if not r or r.get("records_per_s") is None:
+            return "FAILED" if r is not None else "-"
+        text = f"{r['records_per_s']:,.0f}"
+        return text + (f" ({mb:.0f})" if mb else "")
+
+    table = []
+    for row in rows:
+        w_bytes = row["pykafka"]["value_bytes"] if row.get("pykafka") else None
+        def mbps(r):
+            return (w_bytes / MB / (r.get("median_s") or r.get("seconds_median"))
+                    if r and w_bytes and (r.get("median_s") or r.get("seconds_median")) else None)
+        p = row.get("pykafka")
+        table.append((row["label"], cell(p, mbps(p) if row["mode"] == "batch" else None),
+                       cell(row.get("jvm")), cell(row.get("jvm_tuned")),
+                       fmt(row.get("ratio_vs_jvm"), ".2f"),
+                       fmt(row.get("ratio_vs_jvm_tuned"), ".2f")))
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *table)]
+    line = "  ".join("{:<%d}" % w if i == 0 else "{:>%d}" % w for i, w in enumerate(widths))
+    print(line.format(*header))
+    print("  ".join("-" * w for w in widths))
+    for t in table:
+        print(line.format(*t))
+
+
+# ---------------------------------------------------------------------------------------------
 # Idle micro-batch trigger (driver side): the stream reader driven the way Spark drives it.
 # ---------------------------------------------------------------------------------------------
 
@@ -414,6 +599,23 @@ def idle_trigger(bootstrap: str, topic: str, calls: int) -> dict:
             "partitions_planned": planned,
             "measured": "latestOffset(end, limit) + partitions(end, latest), no new data",
             "options": STREAM_OPTIONS, "topic": topic}
+
+
+def select_bench_broker():
+    """A real Kafka when there is one: ``KAFKA_BOOTSTRAP_SERVERS``; else one started from
+    ``KAFKA_HOME`` or ``../shared/kafka``; else ``select_broker()`` (Docker or the embedded
+    broker). ``PYKAFKA_TEST_BROKER`` forces ``select_broker()``'s choice."""
+    from kafka_source.testing import LocalKafkaBroker, select_broker
+
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or os.environ.get("PYKAFKA_TEST_BROKER"):
+        return select_broker()
+    home = os.environ.get("KAFKA_HOME", "").strip()
+    shared = REPO_ROOT.parent / "shared" / "kafka"
+    if not home and (shared / "bin" / "kafka-server-start.sh").is_file():
+        home = str(shared)
+    if home:
+        return LocalKafkaBroker(home)
+    return select_broker()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -511,9 +713,19 @@ def print_table(results: list[dict]) -> None:
         last = row[0]
 
 
-def targets(results: list[dict], memory: dict | None, idle: dict | None) -> list[dict]:
-    """The issue's targets; a reader that failed fails its target (value "error")."""
+def targets(results: list[dict], memory: dict | None, idle: dict | None,
+            jvm_rows: list[dict] = ()) -> list[dict]:
+    """The issues' targets; a reader that failed fails its target (value "error")."""
     out = []
+    for row in jvm_rows:
+        best = max(((row.get(k) or {}).get("records_per_s") or 0 for k in ("jvm", "jvm_tuned")),
+                   default=0)
+        mine = (row.get("pykafka") or {}).get("records_per_s")
+        ratio = round(mine / best, 3) if mine and best else None
+        out.append({"target": f"pykafka / best of Spark's JVM source (plain, tuned) >= "
+                              f"{RATIO_TARGET:.1f}x: {row['label']}",
+                    "value": "error" if ratio is None else ratio,
+                    "pass": ratio is not None and ratio >= RATIO_TARGET})
     for codec in RATIO_CODECS:
         r = next((r for r in results
                   if r["reader"] == "pykafka local[2]" and r["workload"] == codec), None)
@@ -569,6 +781,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--memory-size", type=int, default=1000,
                     help="bytes per record in the memory test (default 1000)")
     ap.add_argument("--skip-memory", action="store_true", help="skip the memory test")
+    ap.add_argument("--jvm", choices=("auto", "off"), default="auto",
+                    help="compare with Spark's JVM Kafka source when "
+                         "../shared/anchors/spark-jvm-kafka/run is there (default auto)")
+    ap.add_argument("--stream-limits", default=",".join(str(n) for n in STREAM_LIMITS),
+                    help="maxOffsetsPerTrigger of the stream workloads against the JVM source "
+                         "(default 20000,100000)")
     ap.add_argument("--idle-calls", type=int, default=50, help="idle trigger calls timed (default 50)")
     ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                     help="extra pykafka reader option, repeatable (default: none, i.e. "
@@ -590,6 +808,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.readers = [r.strip() for r in args.readers.split(",") if r.strip()]
     args.masters = [m.strip() for m in args.masters.split(",") if m.strip()]
     args.extra_options = dict(o.split("=", 1) for o in args.option)
+    args.stream_limits = tuple(int(n) for n in args.stream_limits.split(",") if n.strip())
     bad = set(args.readers) - {"pykafka", CONFLUENT, KAFKA_PYTHON}
     if bad:
         ap.error(f"unknown reader(s): {sorted(bad)}")
@@ -613,8 +832,6 @@ def main(argv=None) -> int:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     paths = [str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-
-    from kafka_source.testing import select_broker
 
     report: dict = {"started": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
                     "machine": machine_info(), "versions": versions(),
@@ -642,21 +859,34 @@ def main(argv=None) -> int:
     last_error = [""]
 
     log("selecting a broker ...")
-    broker = select_broker()
+    broker = select_bench_broker()
     is_tansu = bool(getattr(broker, "is_tansu", False))
     report["broker"] = {"kind": broker.kind, "bootstrap_servers": broker.bootstrap_servers,
                         "is_tansu": is_tansu}
     if is_tansu:
-        report["broker"]["note"] = "embedded broker figures are indicative only"
-    log(f"kafka broker: {broker.kind} at {broker.bootstrap_servers}"
-        + (" (Tansu: figures are indicative only)" if is_tansu else ""))
+        report["broker"]["note"] = TANSU_NOTE
+        log("!" * 96)
+        log(f"!!! {TANSU_NOTE}")
+        log("!" * 96)
+    log(f"kafka broker: {broker.kind} at {broker.bootstrap_servers}")
     bootstrap = broker.bootstrap_servers
+    anchor = jvm_anchor.anchor_path() if args.jvm == "auto" and "pykafka" in args.readers \
+        else None
+    jvm_note = None
+    if args.jvm == "off":
+        jvm_note = "not run (--jvm off)"
+    elif anchor is None:
+        jvm_note = (f"not run: Spark's JVM Kafka source anchor is not on this machine "
+                    f"({jvm_anchor.DEFAULT_ANCHOR}; see ../shared/README.md)")
+    jvm_rows: list[dict] = []
     try:
         workloads = [Workload(c, c, args.records, args.size, args.partitions)
                      for c in args.codecs]
         mem_w = None
-        if not args.skip_memory and "pykafka" in args.readers:
+        if "pykafka" in args.readers and (not args.skip_memory or anchor is not None):
             mem_w = Workload("memory", "none", args.memory_records, args.memory_size, 1)
+        jvm_todo = anchor_workloads(workloads, mem_w, args.stream_limits) \
+            if anchor is not None else []
         existing = existing_topics(bootstrap)
         for w in workloads + ([mem_w] if mem_w else []):
             prepare_topic(bootstrap, w, existing)
@@ -699,7 +929,8 @@ def main(argv=None) -> int:
                             else:
                                 results.append(failed_row(f"pykafka {master}", w,
                                                           last_error[0]))
-                        if mem_w is not None and master == "local[1]":
+                        if mem_w is not None and master == "local[1]" \
+                                and not args.skip_memory:
                             log(f"memory: pykafka local[1] reading one partition of "
                                 f"{mem_w.value_bytes / 1e9:.2f} GB ...")
                             memory = guarded("memory test", measure_spark, spark, master,
@@ -711,8 +942,23 @@ def main(argv=None) -> int:
                                     f", {memory['mb_per_s']:.1f} MB/s")
                             else:
                                 memory = failed_row("pykafka local[1]", mem_w, last_error[0])
+                    if jvm_todo and master == ANCHOR_MASTER:
+                        jvm_rows = compare_with_jvm(spark, bootstrap, jvm_todo, results, args,
+                                                    guarded)
                 finally:
                     spark.stop()
+            if jvm_todo and ANCHOR_MASTER not in args.masters:
+                log(f"starting Spark {ANCHOR_MASTER} for the comparison with the JVM source ...")
+                spark = start_spark(ANCHOR_MASTER)
+                try:
+                    jvm_rows = compare_with_jvm(spark, bootstrap, jvm_todo, results, args,
+                                                guarded)
+                finally:
+                    spark.stop()
+        if jvm_todo:
+            # After pykafka's SparkSession stopped: the JVM source gets the machine to itself.
+            run_jvm(anchor, bootstrap, jvm_todo, jvm_rows, args, guarded)
+            add_jvm_ratios(jvm_rows)
 
         if workloads:
             log("idle trigger ...")
@@ -723,14 +969,18 @@ def main(argv=None) -> int:
 
     add_ratios(results)
     results = sort_results(results, args.codecs)
-    checks = targets(results, memory, idle)
+    checks = targets(results, memory, idle, jvm_rows)
     report.update({"results": results, "memory": memory, "idle_trigger": idle,
+                   "vs_spark_jvm_kafka": {"rows": jvm_rows, "note": jvm_note,
+                                          "anchor": str(anchor) if anchor else None,
+                                          "master": ANCHOR_MASTER},
                    "targets": checks, "correctness_failures": failures, "errors": errors,
                    "duration_s": round(time.time() - started, 1)})
 
     print()
-    print(f"broker: {broker.kind} at {bootstrap}"
-          + ("  -- embedded broker figures are indicative only" if is_tansu else ""))
+    print(f"broker: {broker.kind} at {bootstrap}")
+    if is_tansu:
+        print(f"!!! {TANSU_NOTE}")
     m = report["machine"]
     print(f"machine: {m.get('nproc')} CPUs ({m.get('cpu_model', '?')}), {m.get('ram_gb', '?')} GB"
           f" RAM, load {m.get('loadavg_at_start')}")
@@ -740,6 +990,9 @@ def main(argv=None) -> int:
     print()
     print_table(results)
     print()
+    if "pykafka" in args.readers:
+        print_jvm_table(jvm_rows, jvm_note)
+        print()
     if memory and memory.get("error"):
         print(f"memory: FAILED ({memory['error']})")
     elif memory:

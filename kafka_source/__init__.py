@@ -15,7 +15,10 @@ How a record travels, folder by folder:
               stream, admission        streams: each trigger's end offsets, rate limits
     group/    member, assignors        streams: consumer-group membership and commits (driver)
     read/     executor, fetcher        the fetch loop for a task's ranges (executor)
-    wire/     client                   Kafka protocol requests: Metadata, ListOffsets, Fetch, ...
+    wire/     client                   Kafka protocol requests: Metadata, ListOffsets, groups, ...
+              fetch_connection,        the executors' Fetch connections: responses read into one
+              fetch_protocol,          buffer and parsed in place, fetch sessions
+              fetch_session
               records, fast_decode,    record batches -> Arrow columns: codecs, control records,
               codecs, arrow            transactions
     schema, datasource                 Spark's Kafka schema; the DataSource glue
@@ -39,7 +42,8 @@ def __getattr__(name):
 
 
 def register(spark) -> None:
-    """Register the ``pykafka`` format with ``spark``.
+    """Register the ``pykafka`` format with ``spark`` (remembering the session's default
+    parallelism, which decides how many tasks small reads are packed into).
 
     Also keeps the values of secret options (``kafka.sasl.jaas.config``, passwords, keys) out of
     py4j's DEBUG log of this driver process (:mod:`kafka_source.config.secrets`)."""
@@ -48,4 +52,4 @@ def register(spark) -> None:
     from .datasource import KafkaDataSource
 
     redact_py4j_option_logs(SECRET_OPTIONS)
-    spark.dataSource.register(KafkaDataSource)
+    spark.dataSource.register(KafkaDataSource.for_session(spark))

@@ -16,6 +16,21 @@ class KafkaDataSource(DataSource):
     Options and output schema are those of Spark's built-in ``format("kafka")`` source.
     """
 
+    # Spark's default parallelism (the cores), for planning how many tasks to make. The planner
+    # runs in a Python worker that cannot ask Spark, so :func:`kafka_source.register` registers
+    # a subclass that carries the value it saw in the user's session (see for_session).
+    default_parallelism: int | None = None
+
+    @classmethod
+    def for_session(cls, spark) -> type["KafkaDataSource"]:
+        """This class, or a subclass carrying ``spark``'s default parallelism if it is known."""
+        parallelism = _default_parallelism(spark)
+        if parallelism is None:
+            return cls
+        return type(cls.__name__, (cls,), {"default_parallelism": parallelism,
+                                           "__module__": cls.__module__,
+                                           "__doc__": cls.__doc__})
+
     @classmethod
     def name(cls) -> str:
         return "pykafka"
@@ -28,9 +43,25 @@ class KafkaDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         from .read.batch import KafkaBatchReader
 
-        return KafkaBatchReader(parse_batch_options(self.options))
+        return KafkaBatchReader(parse_batch_options(self.options),
+                                parallelism=self.default_parallelism)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from .read.stream import KafkaStreamReader
 
-        return KafkaStreamReader(parse_stream_options(self.options))
+        return KafkaStreamReader(parse_stream_options(self.options),
+                                 parallelism=self.default_parallelism)
+
+
+def _default_parallelism(spark) -> int | None:
+    """Spark's default parallelism of a session: ``sparkContext.defaultParallelism`` (classic
+    Spark), else the ``spark.default.parallelism`` conf (e.g. Spark Connect), else None."""
+    try:
+        return max(1, int(spark.sparkContext.defaultParallelism))
+    except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext
+        pass
+    try:
+        value = spark.conf.get("spark.default.parallelism", None)
+        return max(1, int(value)) if value else None
+    except Exception:  # noqa: BLE001
+        return None

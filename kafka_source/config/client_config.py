@@ -110,7 +110,11 @@ DEFAULT_FETCH_SETTINGS = {
     "isolation_level": "read_uncommitted",
     "check_crcs": True,
     "fetch_max_bytes": 52_428_800,
-    "max_partition_fetch_bytes": 1_048_576,
+    # 8 MiB, not the Java consumer's 1 MiB: each Fetch round costs the fetch loop a fixed amount
+    # of Python work, and the decoder handles a partition's records in chunks of up to 8 MiB.
+    # Measured on a 1 GB partition of 1000-byte records: 0.40 CPU-seconds per GB with 8 MiB
+    # against 0.80 with 1 MiB. The last request of a range asks for less (see read/fetcher.py).
+    "max_partition_fetch_bytes": 8 << 20,
     "fetch_max_wait_ms": 500,
     "fetch_min_bytes": 1,
     "retry_backoff_ms": 100,

@@ -99,6 +99,7 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
+    max_partitions: int | None = None   # None: Spark's default parallelism (see planning)
     fetch_offset_num_retries: int = DEFAULT_FETCH_OFFSET_NUM_RETRIES
     fetch_offset_retry_interval_ms: int = DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
@@ -478,6 +479,12 @@ def _common(opts: dict[str, str], sub: Subscription, starting: OffsetSpec,
     if strategy not in ("error", "latest"):
         raise OptionError("Option 'startingOffsetsByTimestampStrategy' must be 'error' or "
                           f"'latest', got '{opts['startingoffsetsbytimestampstrategy']}'.")
+    min_partitions = parse_int(opts, "minPartitions", None, minimum=1, what="a positive integer")
+    max_partitions = parse_int(opts, "maxPartitions", None, minimum=1, what="a positive integer")
+    if min_partitions is not None and max_partitions is not None \
+            and min_partitions > max_partitions:
+        raise OptionError(f"Option 'minPartitions' ({min_partitions}) can't be greater than "
+                          f"'maxPartitions' ({max_partitions}).")
     return SourceOptions(
         subscription=sub,
         client_config=client_config_from_options(opts),
@@ -486,10 +493,10 @@ def _common(opts: dict[str, str], sub: Subscription, starting: OffsetSpec,
         starting_by_timestamp_strategy=strategy,
         include_headers=parse_bool(opts, "includeHeaders", False),
         fail_on_data_loss=parse_bool(opts, "failOnDataLoss", True),
-        min_partitions=parse_int(opts, "minPartitions", None, minimum=1,
-                                 what="a positive integer"),
+        min_partitions=min_partitions,
         max_records_per_partition=parse_int(opts, "maxRecordsPerPartition", None, minimum=1,
                                             what="a positive integer"),
+        max_partitions=max_partitions,
         fetch_offset_num_retries=parse_int(opts, "fetchOffset.numRetries",
                                            DEFAULT_FETCH_OFFSET_NUM_RETRIES, minimum=0,
                                            what="an integer >= 0"),

@@ -1,7 +1,7 @@
 """``spark.read.format("pykafka")``: the batch reader.
 
 ``partitions()`` runs on the driver: it resolves the offset ranges (:mod:`kafka_source.read.offsets`)
-and splits them into tasks (:mod:`kafka_source.read.planning`). ``read()`` runs in an executor's Python
+and splits or packs them into tasks (:mod:`kafka_source.read.planning`). ``read()`` runs in an executor's Python
 worker for one task: it fetches and decodes the task's ranges (:mod:`kafka_source.read.fetcher`) and
 yields Arrow batches (:mod:`kafka_source.wire.arrow`).
 """
@@ -15,12 +15,13 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from .executor import read_input_partition
 from ..config.options import SourceOptions
-from .planning import ReadSettings, input_partitions, split_ranges
+from .planning import plan_input_partitions
 
 
 class KafkaBatchReader(DataSourceReader):
-    def __init__(self, options: SourceOptions):
+    def __init__(self, options: SourceOptions, parallelism: int | None = None):
         self.options = options
+        self.parallelism = parallelism    # Spark's default parallelism, if known
 
     def partitions(self) -> list[InputPartition]:
         from ..wire.client import BrokerClient
@@ -29,9 +30,9 @@ class KafkaBatchReader(DataSourceReader):
         opts = self.options
         with BrokerClient(opts.client_config) as client:
             ranges = plan_batch_ranges(client, opts)
-        ranges = split_ranges(ranges, min_partitions=opts.min_partitions,
-                              max_records_per_partition=opts.max_records_per_partition)
-        parts = input_partitions(ranges, ReadSettings.from_options(opts))
+            leaders = dict(client.known_leaders)
+        parts = plan_input_partitions(ranges, opts, parallelism=self.parallelism,
+                                      leaders=leaders)
         # Nothing to read: one empty task, so the query still runs and returns no rows.
         return parts or [InputPartition(None)]
 

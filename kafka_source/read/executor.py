@@ -1,7 +1,8 @@
 """Executor side entry point: read one input partition into Arrow batches.
 
-Spark reuses Python workers between tasks, so the Kafka connection of a worker is kept in a small
-per-process cache keyed by the connection settings; a task that fails drops its client.
+Spark reuses Python workers between tasks, so the Kafka client of a worker -- with its
+dedicated Fetch connections and their fetch sessions -- is kept in a small per-process cache
+keyed by the connection settings; a task that fails drops its client.
 """
 
 from __future__ import annotations
@@ -50,8 +51,7 @@ def read_input_partition(partition: KafkaInputPartition) -> Iterator[pa.RecordBa
     ok = False
     try:
         fetcher = RangeFetcher(client, fetch_settings)
-        for r in partition.ranges:
-            yield from fetcher.read_arrow(r, settings.include_headers)
+        yield from fetcher.read_arrow(partition.ranges, settings.include_headers)
         ok = True
     finally:
         if ok:

@@ -1,40 +1,66 @@
-"""Executor side: the fetch loop that reads one offset range from its partition leader.
+"""Executor side: the fetch loop that reads a task's offset ranges from their partition leaders.
 
-For each range it finds the leader, sends Fetch requests from the current position, decodes the
-returned record batches and hands the records on, until the position reaches the range's end:
-as Arrow batches straight from the bytes (:func:`kafka_source.wire.fast_decode.decode_to_arrow`, the
-executors' path), or as Python records (:func:`kafka_source.wire.records.decode_records`, the
-reference decoder it is tested against). Along the way it:
+A task holds one or more offset ranges (:mod:`kafka_source.read.planning` packs small ones
+together). The ranges are grouped by partition leader and each leader gets one Fetch request for
+all of its partitions, again and again, until every range is read, over a dedicated connection
+with a fetch session (:mod:`kafka_source.wire.fetch_connection`). The returned record batches are
+decoded and handed on: as Arrow batches straight from the bytes
+(:func:`kafka_source.wire.fast_decode.decode_to_arrow`, the executors' path), or as Python
+records (:func:`kafka_source.wire.records.decode_records`, the reference decoder it is tested
+against). Records of one partition come out in offset order; partitions interleave.
+
+Fetch and decode overlap: as soon as a response is in, the next request is sent, at the
+positions its batch headers say the decoder will reach (:func:`kafka_source.wire.records.scan_batches`),
+and only then is the response decoded. So the broker reads and sends the next chunk while this
+one is decoded. A partition whose decoded position differs from that (it cannot for well-formed
+data) or that reported an error ignores its part of the next response and is fetched again from
+its real position. The request for the last stretch of a range asks for about the bytes the
+range still needs (learned per partition from earlier responses), not a full
+``kafka.max.partition.fetch.bytes``.
+
+Along the way, per partition, it:
 
 * follows leader changes and retriable errors (a broker out of reach included) with bounded
-  exponential backoff, for at most ``kafkaConsumer.pollTimeoutMs`` without progress;
+  exponential backoff, for at most ``kafkaConsumer.pollTimeoutMs`` without progress (a
+  partition that backs off does not hold up the others);
 * treats offsets that vanished (OFFSET_OUT_OF_RANGE below the log start) as data loss: fail, or
   with ``failOnDataLoss=false`` warn and continue from the log start;
 * finishes a range whose last offsets hold no data records (transaction markers, compaction):
   the decoder's ``next_offset`` moves past them;
-* waits at most ``kafkaConsumer.pollTimeoutMs`` for offsets that are not in the log yet.
+* waits at most ``kafkaConsumer.pollTimeoutMs`` without progress, for offsets that are not in
+  the log yet or for a broker that does not answer.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
-from typing import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, Mapping
 
 import kafka.errors as Errors
 import pyarrow as pa
 
-from ..wire.client import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient, RetriableBrokerError,
-                     error_for)
 from ..errors import BrokerUnavailableError, DataLossError, KafkaSourceError, TopicError
-from .offsets import OffsetRange
+from ..wire.client import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient,
+                           RetriableBrokerError, error_for)
 from ..wire.fast_decode import decode_to_arrow
-from ..wire.records import Record, decode_records
+from ..wire.fetch_protocol import FetchPartitionRequest, FetchResult, PartitionData
+from ..wire.fetch_session import FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH
+from ..wire.records import Record, decode_records, scan_batches
+from .offsets import OffsetRange
 
 log = logging.getLogger(__name__)
 
+# Failures the loop retries within kafkaConsumer.pollTimeoutMs. BrokerUnavailableError: no
+# broker reachable at all (a fresh client cannot bootstrap while the broker restarts) -- as
+# transient here as a lost leader. TLS and SASL failures (BrokerSecurityError) are not retried.
+_TRANSIENT = (RetriableBrokerError, BrokerUnavailableError)
+
 _MAX_BACKOFF_MS = 5_000
+_IDLE_SLEEP_S = 0.1              # a round without progress anywhere: wait this long at most
+_MIN_REQUEST_BYTES = 64 << 10    # never ask for less than this for a partition
+_SESSION_ERRORS = (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH)
 
 
 @dataclass(frozen=True)
@@ -66,7 +92,7 @@ class FetchSettings:
 
 
 class _Deadline:
-    """How long a range may go without progress before we give up on it."""
+    """How long a partition may go without progress before we give up on it."""
 
     def __init__(self, ms: int):
         self.ms = ms
@@ -80,137 +106,303 @@ class _Deadline:
         return time.monotonic() >= self.at
 
 
-class RangeFetcher:
-    """Reads offset ranges through one :class:`BrokerClient`."""
+@dataclass(eq=False)
+class _Partition:
+    """The fetch state of one range of a task."""
 
-    def __init__(self, client: BrokerClient, settings: FetchSettings):
+    r: OffsetRange
+    position: int
+    max_bytes: int
+    deadline: _Deadline
+    failures: int = 0
+    retry_at: float = 0.0          # backing off until then
+    available: int | None = None   # the log end (LSO for read_committed) last reported
+    use_hint: bool = True          # size the last request from the learned record sizes
+    starved: bool = False          # data exists but the last response brought none
+    progressed: bool = field(default=False, repr=False)
+
+    @property
+    def tp(self) -> tuple[str, int]:
+        return self.r.topic_partition
+
+
+Decode = Callable[[memoryview, int, list, OffsetRange], tuple[list, int, bool]]
+
+
+class RangeFetcher:
+    """Reads offset ranges through one client and its fetch connections."""
+
+    def __init__(self, client: BrokerClient, settings: FetchSettings, connections=None):
         self.client = client
         self.settings = settings
-        self._leaders: dict[tuple[str, int], int] = {}
+        self.connections = connections if connections is not None \
+            else client.fetch_connections()
+        self._leaders: dict[tuple[str, int], object] = {}
 
-    def read(self, r: OffsetRange) -> Iterator[list[Record]]:
-        """Yield lists of records of ``r`` in offset order; every offset of r is accounted for.
+    # --- the two decoders ------------------------------------------------------------------
 
-        Decodes with the reference decoder (:mod:`kafka_source.wire.records`).
-        """
+    def read(self, ranges: OffsetRange | Iterable[OffsetRange]) -> Iterator[list[Record]]:
+        """Yield lists of records of ``ranges`` (each range's in offset order); every offset of
+        every range is accounted for. Decodes with the reference decoder
+        (:mod:`kafka_source.wire.records`)."""
         s = self.settings
 
-        def decode(data, position, aborted):
+        def decode(data, position, aborted, r):
             result = decode_records(data, start_offset=position, end_offset=r.end,
                                     read_committed=s.read_committed,
                                     aborted_transactions=aborted, check_crcs=s.check_crcs)
             return result.records, result.next_offset, result.truncated
 
-        return self._read(r, decode)
+        return self._read(_as_list(ranges), decode)
 
-    def read_arrow(self, r: OffsetRange, include_headers: bool) -> Iterator[pa.RecordBatch]:
-        """Yield Arrow batches of ``r``'s records (Spark's schema), decoded without a Python
+    def read_arrow(self, ranges: OffsetRange | Iterable[OffsetRange],
+                   include_headers: bool) -> Iterator[pa.RecordBatch]:
+        """Yield Arrow batches of the ranges' records (Spark's schema), decoded without a Python
         object per record (:mod:`kafka_source.wire.fast_decode`); otherwise exactly :meth:`read`."""
         s = self.settings
 
-        def decode(data, position, aborted):
+        def decode(data, position, aborted, r):
             return decode_to_arrow(data, start_offset=position, end_offset=r.end,
                                    read_committed=s.read_committed,
                                    aborted_transactions=aborted, check_crcs=s.check_crcs,
                                    topic=r.topic, partition=r.partition,
                                    include_headers=include_headers)
 
-        for batches in self._read(r, decode):
+        for batches in self._read(_as_list(ranges), decode):
             yield from batches
 
-    def _read(self, r: OffsetRange, decode: Callable) -> Iterator[list]:
-        """The fetch loop; ``decode(data, position, aborted)`` -> (items, next_offset,
-        truncated) turns one partition's record bytes into a list of output items."""
+    # --- the loop --------------------------------------------------------------------------
+
+    def _read(self, ranges: list[OffsetRange], decode: Decode) -> Iterator[list]:
+        """A Fetch request carries a partition once: ranges of the same partition (which the
+        planner never puts in one task unless they are adjacent, and then merges) are read one
+        after the other."""
+        try:
+            for wave in _waves(ranges):
+                yield from self._read_wave(wave, decode)
+        finally:
+            # A response that will never be read (an error, or Spark stopped early) makes its
+            # connection unusable: close it rather than hand it to the next task.
+            self.connections.discard_in_flight()
+
+    def _read_wave(self, ranges: list[OffsetRange], decode: Decode) -> Iterator[list]:
         s = self.settings
-        tp = r.topic_partition
-        position = r.start
-        deadline = _Deadline(s.poll_timeout_ms)
-        failures = 0
-        partition_max_bytes = s.partition_max_bytes
-        while position < r.end:
+        parts = {r.topic_partition: _Partition(r, r.start, s.partition_max_bytes,
+                                               _Deadline(s.poll_timeout_ms))
+                 for r in ranges}
+        while parts:
+            for st in parts.values():
+                st.progressed = False
+            by_leader = self._by_leader(parts)
+            for leader, group in by_leader.items():
+                try:
+                    conn = self.connections.get(leader)
+                    if not conn.in_flight:
+                        self._send(conn, group)
+                        if not conn.in_flight:
+                            continue          # nothing of this group is left to fetch
+                    result = conn.receive()
+                    yield from self._handle(conn, leader, result, parts, decode)
+                except _TRANSIENT as exc:
+                    self.connections.discard(leader)
+                    self._failed([p for p in group if p.tp in parts], f"{exc}")
+            if parts and not any(st.progressed for st in parts.values()):
+                self._idle(parts)
+
+    def _by_leader(self, parts: dict) -> dict[object, list[_Partition]]:
+        """The partitions that may be fetched now, by leader (looking up unknown leaders)."""
+        now = time.monotonic()
+        ready = [st for st in parts.values() if st.retry_at <= now]
+        missing = [st for st in ready if st.tp not in self._leaders]
+        if missing:
             try:
-                leader = self._leader(tp)
-                response = self.client.fetch(
-                    leader, {tp: position}, partition_max_bytes=partition_max_bytes,
-                    max_bytes=max(s.max_bytes, partition_max_bytes), max_wait_ms=s.max_wait_ms,
-                    min_bytes=s.min_bytes, read_committed=s.read_committed)
-                data = _partition_data(response, tp)
-                if data.error_code:
-                    position, finished = self._handle_error(r, position, data.error_code)
-                    if finished:
-                        return
-                    failures = 0
-                    continue
-            except (RetriableBrokerError, BrokerUnavailableError) as exc:
-                # BrokerUnavailableError: no broker reachable at all (a fresh client cannot
-                # bootstrap while the broker restarts) -- as transient here as a lost leader.
-                self._leaders.pop(tp, None)
-                failures += 1
-                if deadline.passed:
-                    raise KafkaSourceError(
-                        f"Could not fetch {r.topic}-{r.partition} from offset {position}: {exc}; "
-                        f"gave up after {s.poll_timeout_ms} ms (option "
-                        "'kafkaConsumer.pollTimeoutMs').") from exc
-                self._backoff(failures, f"{r.topic}-{r.partition}: {exc}")
+                self._leaders.update(self.client.leaders([st.tp for st in missing]))
+            except _TRANSIENT:
+                # One partition without a leader must not hold up the others: one by one.
+                for st in missing:
+                    try:
+                        self._leaders.update(self.client.leaders([st.tp]))
+                    except _TRANSIENT as exc:
+                        self._failed([st], str(exc))
+        groups: dict[object, list[_Partition]] = {}
+        for st in ready:
+            leader = self._leaders.get(st.tp)
+            if leader is not None and st.retry_at <= now:
+                groups.setdefault(leader, []).append(st)
+        return groups
+
+    def _send(self, conn, group: Iterable[_Partition], positions: Mapping | None = None) -> None:
+        """One Fetch request for ``group`` (at ``positions``, default: their positions)."""
+        s = self.settings
+        wanted = {}
+        # Partitions that got nothing although data is there go first: a broker returns an
+        # oversized first batch only for the first partition of a response.
+        for st in sorted(group, key=lambda p: not p.starved):
+            position = st.position if positions is None else positions.get(st.tp, st.position)
+            if position >= st.r.end:
                 continue
-            failures = 0
-            aborted = [(a.producer_id, a.first_offset) for a in (data.aborted_transactions or ())]
-            items, next_offset, truncated = decode(data.records or b"", position, aborted)
+            wanted[st.tp] = FetchPartitionRequest(position, self._request_bytes(st, position))
+        if wanted:
+            conn.send(wanted, max_wait_ms=s.max_wait_ms, min_bytes=s.min_bytes,
+                      max_bytes=max(s.max_bytes, max(p.max_bytes for p in wanted.values())),
+                      read_committed=s.read_committed)
+
+    def _request_bytes(self, st: _Partition, position: int) -> int:
+        """The partition byte limit: ``kafka.max.partition.fetch.bytes`` (grown when a batch did
+        not fit), or less for the last stretch of a range, from the sizes seen so far."""
+        hint = self.connections.size_hints.get(st.tp) if st.use_hint else None
+        if hint is None:
+            return st.max_bytes
+        per_offset, per_batch = hint
+        need = int((st.r.end - position) * per_offset * 1.1 + 2 * per_batch) + 4096
+        return min(st.max_bytes, max(need, _MIN_REQUEST_BYTES))
+
+    def _handle(self, conn, leader, result: FetchResult, parts: dict,
+                decode: Decode) -> Iterator[list]:
+        """Decode one response; send the next request to this leader first if all is well."""
+        s = self.settings
+        if result.error_code:
+            err = error_for(result.error_code)
+            if result.error_code in _SESSION_ERRORS:
+                log.info("Fetch session with broker %s ended (%s); starting a new one", leader,
+                         err.__name__)
+                return
+            raise RetriableBrokerError(f"Fetch from broker {leader} failed: {err.__name__}")
+        current: list[tuple[_Partition, PartitionData]] = []
+        for tp, data in result.partitions.items():
+            st = parts.get(tp)
+            asked = result.requested.get(tp)
+            # Not asked for, finished meanwhile, or fetched at a guessed position that proved
+            # wrong: ignore (the partition is fetched again from where it really is).
+            if st is not None and asked is not None and asked.offset == st.position:
+                current.append((st, data))
+        scans = {}
+        for st, data in current:
+            if data.error_code == 0:
+                scans[st.tp] = scan_batches(data.records, start_offset=st.position,
+                                            end_offset=st.r.end)
+        send_error = None
+        if len(scans) == len(current) and not conn.expired:
+            group = [st for st in parts.values() if self._leaders.get(st.tp) == leader
+                     and st.retry_at <= time.monotonic()]
+            try:
+                self._send(conn, group, {tp: sc.next_offset for tp, sc in scans.items()})
+            except RetriableBrokerError as exc:
+                send_error = exc   # decode what is here first; the loop reconnects after
+        for st, data in current:
+            if data.error_code:
+                self._partition_error(st, data.error_code, parts)
+                continue
+            st.failures = 0
+            aborted = data.aborted if s.read_committed else []
+            items, next_offset, truncated = decode(data.records, st.position, aborted, st.r)
             if items:
                 yield items
-            if next_offset > position:
-                position = next_offset
-                deadline.reset()
-                continue
-            if truncated:
-                # A single batch larger than the per-partition limit (only old brokers return a
-                # truncated first batch): ask for more bytes next time.
-                partition_max_bytes *= 2
-                log.info("%s-%d: record batch at %d exceeds %d bytes; fetching with %d",
-                         r.topic, r.partition, position, partition_max_bytes // 2,
-                         partition_max_bytes)
-                continue
-            # No data at this position yet: the range ends beyond what the log holds now.
-            available = data.high_watermark
-            if s.read_committed and data.last_stable_offset is not None \
-                    and data.last_stable_offset >= 0:
-                available = data.last_stable_offset
-            if deadline.passed:
-                message = (f"{r.topic}-{r.partition}: offsets {position} to {r.end - 1} of the "
-                           f"range [{r.start}, {r.end}) are not in Kafka; the log ends at "
-                           f"{available}" + (" (last stable offset)" if s.read_committed else "")
-                           + f". Waited {s.poll_timeout_ms} ms (option "
-                           "'kafkaConsumer.pollTimeoutMs').")
-                if s.fail_on_data_loss:
-                    raise DataLossError(message + " Set 'failOnDataLoss' to 'false' to end the "
-                                                  "range early instead.")
-                log.warning("%s Ending the range early because failOnDataLoss is false.",
-                            message)
-                return
-            time.sleep(min(0.1, max(0.0, deadline.at - time.monotonic())))
+            self._after_decode(st, data, scans[st.tp], next_offset, truncated, parts)
+        if send_error is not None:
+            raise send_error
 
-    def _leader(self, tp: tuple[str, int]) -> int:
-        leader = self._leaders.get(tp)
-        if leader is None:
-            leader = self.client.leaders([tp])[tp]
-            self._leaders[tp] = leader
-        return leader
+    def _after_decode(self, st: _Partition, data: PartitionData, scan, next_offset: int,
+                      truncated: bool, parts: dict) -> None:
+        s = self.settings
+        available = data.high_watermark
+        if s.read_committed and data.last_stable_offset is not None \
+                and data.last_stable_offset >= 0:
+            available = data.last_stable_offset
+        st.available = available
+        st.starved = False
+        if next_offset > st.position:
+            if scan.batches and scan.next_offset > st.position:
+                self.connections.size_hints[st.tp] = (
+                    scan.nbytes / (scan.next_offset - st.position), scan.nbytes / scan.batches)
+            st.position = next_offset
+            st.progressed = True
+            st.deadline.reset()
+            if st.position >= st.r.end:
+                del parts[st.tp]
+            return
+        if truncated or st.position < available:
+            # Data is there but none came: a batch larger than the byte limit (brokers return an
+            # oversized batch only as the first of a response), or the response was full.
+            st.starved = True
+            if st.use_hint:
+                st.use_hint = False
+            else:
+                st.max_bytes = min(2 * st.max_bytes, 1 << 30)
+                log.info("%s-%d: no record batch at %d fits in %d bytes; fetching with %d",
+                         st.r.topic, st.r.partition, st.position, st.max_bytes // 2,
+                         st.max_bytes)
 
-    def _backoff(self, failures: int, why: str) -> None:
-        delay_ms = min(self.settings.retry_backoff_ms * (2 ** (failures - 1)), _MAX_BACKOFF_MS)
-        log.warning("Retrying fetch in %d ms: %s", delay_ms, why)
-        time.sleep(delay_ms / 1000)
+    # --- errors and waiting ----------------------------------------------------------------
 
-    def _handle_error(self, r: OffsetRange, position: int, code: int) -> tuple[int, bool]:
-        """React to a partition-level fetch error; returns (new position, range finished)."""
+    def _partition_error(self, st: _Partition, code: int, parts: dict) -> None:
+        """React to a partition-level fetch error."""
         err = error_for(code)
+        r = st.r
         if err is Errors.OffsetOutOfRangeError:
-            return self._out_of_range(r, position)
+            position, finished = self._out_of_range(r, st.position)
+            st.position = position
+            st.progressed = True
+            st.deadline.reset()
+            if finished:
+                del parts[st.tp]
+            return
         if getattr(err, "retriable", False) or err in (Errors.NotLeaderForPartitionError,
                                                        Errors.UnknownTopicOrPartitionError):
-            raise RetriableBrokerError(f"{err.__name__}")
-        raise TopicError(f"Fetching {r.topic}-{r.partition} at offset {position} failed: "
+            self._failed([st], err.__name__)
+            return
+        raise TopicError(f"Fetching {r.topic}-{r.partition} at offset {st.position} failed: "
                          f"{err.__name__} ({getattr(err, 'description', '')}).")
+
+    def _failed(self, group: list[_Partition], why: str) -> None:
+        """A retriable failure for these partitions: look their leader up again and back off;
+        give up on a partition that has made no progress for ``pollTimeoutMs``."""
+        s = self.settings
+        for st in group:
+            self._leaders.pop(st.tp, None)
+            st.failures += 1
+            if st.deadline.passed:
+                raise KafkaSourceError(
+                    f"Could not fetch {st.r.topic}-{st.r.partition} from offset {st.position}: "
+                    f"{why}; gave up after {s.poll_timeout_ms} ms (option "
+                    "'kafkaConsumer.pollTimeoutMs').")
+            delay_ms = min(s.retry_backoff_ms * (2 ** (st.failures - 1)), _MAX_BACKOFF_MS)
+            st.retry_at = time.monotonic() + delay_ms / 1000
+            log.warning("Retrying fetch of %s-%d in %d ms: %s", st.r.topic, st.r.partition,
+                        delay_ms, why)
+
+    def _idle(self, parts: dict) -> None:
+        """Nothing progressed this round: end or fail partitions that waited too long for
+        offsets the log does not have, then wait a little (bounded by the nearest deadline)."""
+        s = self.settings
+        for st in list(parts.values()):
+            if st.available is None or st.position < st.available or not st.deadline.passed:
+                continue
+            r = st.r
+            message = (f"{r.topic}-{r.partition}: offsets {st.position} to {r.end - 1} of the "
+                       f"range [{r.start}, {r.end}) are not in Kafka; the log ends at "
+                       f"{st.available}" + (" (last stable offset)" if s.read_committed else "")
+                       + f". Waited {s.poll_timeout_ms} ms (option "
+                       "'kafkaConsumer.pollTimeoutMs').")
+            if s.fail_on_data_loss:
+                raise DataLossError(message + " Set 'failOnDataLoss' to 'false' to end the "
+                                              "range early instead.")
+            log.warning("%s Ending the range early because failOnDataLoss is false.", message)
+            del parts[st.tp]
+        for st in parts.values():
+            if st.starved and st.deadline.passed:
+                raise KafkaSourceError(
+                    f"{st.r.topic}-{st.r.partition}: no records came from offset {st.position} "
+                    f"for {s.poll_timeout_ms} ms although the log holds offsets up to "
+                    f"{st.available} (option 'kafkaConsumer.pollTimeoutMs').")
+        if not parts:
+            return
+        now = time.monotonic()
+        until = min(min(st.deadline.at for st in parts.values()), now + _IDLE_SLEEP_S)
+        waiting = [st.retry_at for st in parts.values() if st.retry_at > now]
+        if len(waiting) == len(parts):
+            until = min(until, min(waiting))   # everyone backs off: until the first may retry
+        time.sleep(max(0.0, until - now))
 
     def _out_of_range(self, r: OffsetRange, position: int) -> tuple[int, bool]:
         tp = r.topic_partition
@@ -237,12 +429,26 @@ class RangeFetcher:
         return position, True
 
 
-def _partition_data(response, tp):
-    topic, partition = tp
-    for t in response.responses:
-        if t.topic != topic:
+def _as_list(ranges) -> list[OffsetRange]:
+    return [ranges] if isinstance(ranges, OffsetRange) else list(ranges)
+
+
+def _waves(ranges: list[OffsetRange]) -> Iterator[list[OffsetRange]]:
+    """Non-empty ranges in groups that hold each partition at most once, adjacent ranges of a
+    partition merged."""
+    merged: list[OffsetRange] = []
+    for r in ranges:
+        if r.size <= 0:
             continue
-        for p in t.partitions:
-            if p.partition_index == partition:
-                return p
-    raise RetriableBrokerError(f"fetch response has no data for {topic}-{partition}")
+        last = merged[-1] if merged else None
+        if last is not None and last.topic_partition == r.topic_partition and last.end == r.start:
+            merged[-1] = OffsetRange(r.topic, r.partition, last.start, r.end)
+        else:
+            merged.append(r)
+    while merged:
+        wave, rest, seen = [], [], set()
+        for r in merged:
+            (rest if r.topic_partition in seen else wave).append(r)
+            seen.add(r.topic_partition)
+        yield wave
+        merged = rest

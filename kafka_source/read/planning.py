@@ -1,12 +1,31 @@
-"""Driver side: split offset ranges into Spark input partitions.
+"""Driver side: turn offset ranges into Spark input partitions (tasks), by the work.
 
-By default each Kafka partition's range is one Spark task. ``maxRecordsPerPartition`` caps the
-records in one task, and ``minPartitions`` asks for at least that many tasks: large ranges are
-split in proportion to their size, the way Spark's own Kafka source does it.
+Spark's own Kafka source makes one task per Kafka partition. Every Python task costs Spark about
+28 ms whatever it reads, so a micro-batch of 20,000 records over 8 partitions would spend most
+of its time starting tasks. Here the number of tasks follows the cores and the size of the work:
+
+1. **Split** large ranges as Spark does (:func:`split_ranges`): ``maxRecordsPerPartition`` cuts
+   a range into pieces of at most that many records, ``minPartitions`` asks for at least that
+   many pieces, the larger ranges split in proportion to their size. Unchanged Spark semantics.
+2. **Count** the tasks (:func:`task_count`): as many as the work is worth -- one per
+   :data:`MIN_TASK_RECORDS` records -- but no more than ``maxPartitions`` (default: Spark's
+   default parallelism, i.e. the cores, as seen by ``kafka_source.register(spark)``), never more
+   than there are pieces, never fewer than ``minPartitions``, and enough that no task holds more
+   than ``maxRecordsPerPartition`` records.
+3. **Pack** the pieces into that many tasks (:func:`pack_ranges`): the pieces, ordered by
+   partition leader, topic, partition and offset, are cut into consecutive groups with the
+   largest group as small as possible. So tasks are balanced by records and a task's partitions
+   mostly share a leader, which the executor then fetches in one Fetch request per round
+   (:mod:`kafka_source.read.fetcher`).
+
+A big read therefore keeps one task per partition or piece, as in Spark, unless there are more
+pieces than cores; a small micro-batch becomes one or a few tasks. Each range is still read
+exactly, in offset order.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -91,6 +110,105 @@ def split_ranges(ranges: Sequence[OffsetRange], *, min_partitions: int | None = 
     return out
 
 
-def input_partitions(ranges: Sequence[OffsetRange], settings: ReadSettings
+# Work below this many records is not worth a task of its own. A Python task costs Spark ~28 ms
+# and a second task on the same cores saves less than that on small work. Measured at local[2]
+# with 100-byte records: 100,000-record micro-batches ran 25 ms faster per batch as one task than
+# as two, 20,000-record ones 10-30 ms; a 1,000,000-record batch read was fastest as two tasks
+# (0.45 s against 0.53 s for one and 0.55 s for four).
+MIN_TASK_RECORDS = 100_000
+
+
+def task_count(sizes: Sequence[int], *, max_partitions: int | None,
+               min_partitions: int | None = None,
+               max_records_per_partition: int | None = None) -> int:
+    """How many tasks to make of pieces with these record counts (rule 2 above)."""
+    if not sizes:
+        return 0
+    total = sum(sizes)
+    tasks = max(1, math.ceil(total / MIN_TASK_RECORDS))
+    if max_partitions:
+        tasks = min(tasks, max_partitions)
+    if min_partitions:
+        tasks = max(tasks, min_partitions)
+    if max_records_per_partition:
+        tasks = max(tasks, _greedy_groups(sizes, max_records_per_partition))
+    return min(tasks, len(sizes))
+
+
+def _greedy_groups(sizes: Sequence[int], cap: int) -> int:
+    """Consecutive groups needed so that none exceeds ``cap`` (every size is at most cap)."""
+    groups, load = 0, cap + 1
+    for size in sizes:
+        if load + size > cap:
+            groups, load = groups + 1, 0
+        load += size
+    return groups
+
+
+def pack_ranges(pieces: Sequence[OffsetRange], tasks: int,
+                leaders: Mapping[tuple[str, int], object] | None = None
+                ) -> list[list[OffsetRange]]:
+    """``pieces`` in exactly ``tasks`` (<= len(pieces)) groups of consecutive pieces, in
+    (leader, topic, partition, offset) order, whose largest record count is as small as
+    possible; adjacent pieces of one partition in a group are merged back into one range."""
+    leaders = leaders or {}
+    order = sorted(pieces, key=lambda r: (str(leaders.get(r.topic_partition, "")), r.topic,
+                                          r.partition, r.start))
+    if tasks >= len(order):
+        return [[r] for r in order]
+    sizes = [r.size for r in order]
+    # The smallest cap under which greedy grouping needs at most `tasks` groups.
+    lo, hi = max(sizes), sum(sizes)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _greedy_groups(sizes, mid) <= tasks:
+            hi = mid
+        else:
+            lo = mid + 1
+    groups: list[list[OffsetRange]] = []
+    current: list[OffsetRange] = []
+    load = 0
+    n = len(order)
+    for i, r in enumerate(order):
+        # Close the group when it would exceed the cap, or when the pieces left are only just
+        # enough to give every remaining task one.
+        if current and (load + r.size > lo or n - i < tasks - len(groups)):
+            groups.append(current)
+            current, load = [], 0
+        current.append(r)
+        load += r.size
+    groups.append(current)
+    return [_merge_adjacent(g) for g in groups]
+
+
+def _merge_adjacent(group: list[OffsetRange]) -> list[OffsetRange]:
+    out: list[OffsetRange] = []
+    for r in group:
+        last = out[-1] if out else None
+        if last is not None and last.topic_partition == r.topic_partition and last.end == r.start:
+            out[-1] = OffsetRange(r.topic, r.partition, last.start, r.end)
+        else:
+            out.append(r)
+    return out
+
+
+def plan_input_partitions(ranges: Sequence[OffsetRange], options: SourceOptions, *,
+                          parallelism: int | None,
+                          leaders: Mapping[tuple[str, int], object] | None = None
+                          ) -> list[KafkaInputPartition]:
+    """Rules 1-3 of the module docstring: the tasks that read ``ranges``. ``parallelism`` is
+    Spark's default parallelism when known; the ``maxPartitions`` option overrides it."""
+    pieces = split_ranges(ranges, min_partitions=options.min_partitions,
+                          max_records_per_partition=options.max_records_per_partition)
+    tasks = task_count([r.size for r in pieces],
+                       max_partitions=options.max_partitions or parallelism,
+                       min_partitions=options.min_partitions,
+                       max_records_per_partition=options.max_records_per_partition)
+    return input_partitions(pack_ranges(pieces, tasks, leaders),
+                            ReadSettings.from_options(options))
+
+
+def input_partitions(groups: Sequence[Sequence[OffsetRange]], settings: ReadSettings
                      ) -> list[KafkaInputPartition]:
-    return [KafkaInputPartition(i, [r], settings) for i, r in enumerate(ranges)]
+    """One input partition per group of ranges."""
+    return [KafkaInputPartition(i, g, settings) for i, g in enumerate(groups)]

@@ -45,7 +45,7 @@ from .executor import read_input_partition
 from .offsets import (OffsetRange, OffsetResolver, check_start_for_data_loss,
                       partitions_in_metadata, planning_retries, subscription_topics)
 from ..config.options import StreamOptions
-from .planning import ReadSettings, input_partitions, split_ranges
+from .planning import plan_input_partitions
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +69,9 @@ def decode_offsets(value: Mapping | None) -> Offsets:
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options: StreamOptions):
+    def __init__(self, options: StreamOptions, parallelism: int | None = None):
         self.options = options
+        self.parallelism = parallelism                   # Spark's default parallelism, if known
         self._client: BrokerClient | None = None
         self._member = None
         self._previous: frozenset[TopicPartition] | None = None  # assignment at the last trigger
@@ -180,10 +181,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             begin = start_pos.get(tp, until)   # not in start: adopted with an empty range
             if until > begin:
                 ranges.append(OffsetRange(tp[0], tp[1], begin, until))
-        src = self.options.source
-        ranges = split_ranges(ranges, min_partitions=src.min_partitions,
-                              max_records_per_partition=src.max_records_per_partition)
-        return input_partitions(ranges, ReadSettings.from_options(src))
+        # Leaders as of this trigger's ListOffsets (no request of its own).
+        leaders = getattr(self._client, "known_leaders", None) or {}
+        return plan_input_partitions(ranges, self.options.source, parallelism=self.parallelism,
+                                     leaders=leaders)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_input_partition(partition)

@@ -3,8 +3,9 @@
 It wraps kafka-python's network layer (connections, TLS/SASL, API version negotiation) and its
 protocol message classes, and adds what this source needs on top: a bootstrap that fails within a
 bounded time naming the address, metadata for named topics without auto-creating them, ListOffsets
-grouped by partition leader, and raw Fetch requests whose record bytes we decode ourselves
-(:mod:`kafka_source.wire.records`).
+grouped by partition leader, and the executors' dedicated Fetch connections, which kafka-python
+sets up (TLS, SASL) and the fetch loop then reads from directly
+(:mod:`kafka_source.wire.fetch_connection`).
 
 Brokers restart (upgrades, rolling restarts, crashes), and for a while they give answers that
 look final but are not. Measured on Kafka 4.0 (KRaft): during a controlled shutdown Metadata
@@ -21,8 +22,8 @@ in it means the topic does not exist, and is reported at once. :class:`Retries` 
 bounded retry policy the driver's planning uses for all of this (``fetchOffset.numRetries``,
 ``fetchOffset.retryIntervalMs``, at least ``kafka.request.timeout.ms``).
 
-Every connection of a client -- the driver's planning, an executor's fetches, the group
-member's coordinator and heartbeat connections -- is made here, so this is where the TLS
+Every connection of a client -- the driver's planning, an executor's fetch connections, the
+group member's coordinator and heartbeat connections -- is made here, so this is where the TLS
 context is built from the client settings (:mod:`kafka_source.wire.tls`), where secrets are
 revealed to kafka-python (and nowhere else), and where a TLS or SASL failure that no retry can
 fix surfaces at once as :class:`~kafka_source.errors.BrokerSecurityError`
@@ -39,7 +40,7 @@ from typing import Callable, Iterable, Mapping, TypeVar
 import kafka.errors as Errors
 from kafka.net.compat import KafkaNetClient
 from kafka.net.selector import NetworkSelector
-from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
+from kafka.protocol.consumer import ListOffsetsRequest
 from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, MetadataRequest
 
 from ..config.client_config import TLS_SETTINGS, connection_settings, uses_tls
@@ -56,8 +57,6 @@ TopicPartition = tuple[str, int]
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 
-# Highest Fetch version that still addresses topics by name (v13 switches to topic ids).
-_MAX_FETCH_VERSION = 12
 _RETRIABLE_NETWORK_ERRORS = (Errors.KafkaConnectionError, Errors.NodeNotReadyError,
                              Errors.KafkaTimeoutError, Errors.RequestTimedOutError)
 
@@ -157,10 +156,20 @@ class BrokerClient:
         settings["ssl_context"] = ssl_context(tls) if uses_tls(config) else None
         self.bootstrap_servers = str(settings["bootstrap_servers"])
         self.request_timeout_ms = int(settings.get("request_timeout_ms", 30_000))
-        net = NetworkSelector(**settings)
-        self._connections = ConnectionManager(net, tls_settings=tls, **settings)
-        self._net = KafkaNetClient(net=net, manager=self._connections)
+        self._settings = settings
+        self._tls = tls
+        self._net, self._connections = self._network(settings)
         self._bootstrapped = False
+        self._fetch_connections = None
+        # The leader of every partition looked up so far (planning orders tasks by it).
+        self.known_leaders: dict[TopicPartition, int] = {}
+
+    def _network(self, settings: Mapping[str, object]):
+        """kafka-python's network client for ``settings`` with our connection manager (TLS
+        from the trust/key stores, failures diagnosed: :mod:`kafka_source.wire.handshake`)."""
+        selector = NetworkSelector(**settings)
+        manager = ConnectionManager(selector, tls_settings=self._tls, **settings)
+        return KafkaNetClient(net=selector, manager=manager), manager
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -188,6 +197,8 @@ class BrokerClient:
 
     def close(self) -> None:
         try:
+            if self._fetch_connections is not None:
+                self._fetch_connections.close()
             self._net.close()
         except Exception:  # closing must never mask the real outcome
             log.debug("error closing Kafka client", exc_info=True)
@@ -296,6 +307,7 @@ class BrokerClient:
             if part.leader < 0:
                 raise RetriableBrokerError(f"{topic}-{partition} has no leader")
             result[(topic, partition)] = part.leader
+        self.known_leaders.update(result)
         return result
 
     # --- group coordinator -------------------------------------------------------------------
@@ -369,24 +381,30 @@ class BrokerClient:
                     result[(topic.name, p.partition_index)] = (offset, p.timestamp)
         return result
 
-    # --- fetch -----------------------------------------------------------------------------
+    # --- fetch ---------------------------------------------------------------------------
 
-    def fetch(self, node_id: int, positions: Mapping[TopicPartition, int], *,
-              partition_max_bytes: int, max_bytes: int, max_wait_ms: int, min_bytes: int,
-              read_committed: bool, timeout_ms: int | None = None):
-        """One Fetch request to ``node_id`` for ``positions``; returns the raw FetchResponse."""
-        FT = FetchRequest.FetchTopic
-        FP = FT.FetchPartition
-        topics: dict[str, list] = {}
-        for (topic, partition), offset in positions.items():
-            topics.setdefault(topic, []).append(FP(
-                partition=partition, current_leader_epoch=-1, fetch_offset=offset,
-                log_start_offset=-1, partition_max_bytes=partition_max_bytes))
-        request = FetchRequest(
-            replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
-            isolation_level=1 if read_committed else 0, session_id=0, session_epoch=-1,
-            topics=[FT(topic=t, partitions=ps) for t, ps in topics.items()],
-            forgotten_topics_data=[], rack_id="", max_version=_MAX_FETCH_VERSION)
-        if timeout_ms is None:
-            timeout_ms = self.request_timeout_ms + max_wait_ms
-        return self.send(node_id, request, timeout_ms=timeout_ms)
+    def fetch_connections(self):
+        """This client's dedicated Fetch connections, one per broker
+        (:mod:`kafka_source.wire.fetch_connection`); closed with the client."""
+        if self._fetch_connections is None:
+            from .fetch_connection import FetchConnections  # noqa: PLC0415 - executor-only
+
+            self._fetch_connections = FetchConnections(self.open_fetch_connection)
+        return self._fetch_connections
+
+    def open_fetch_connection(self, node_id: int):
+        """A new Fetch connection to broker ``node_id``, set up by kafka-python with this
+        client's settings (TLS, SASL), its socket then owned by the fetch loop."""
+        from .fetch_connection import FetchConnection  # noqa: PLC0415 - executor-only
+
+        self.bootstrap()
+        broker = self._net.cluster.broker_metadata(node_id)
+        if broker is None:
+            self.metadata([])
+            broker = self._net.cluster.broker_metadata(node_id)
+        if broker is None:
+            raise RetriableBrokerError(f"broker {node_id} is not in the cluster metadata")
+        net, manager = self._network({**self._settings,
+                                      "bootstrap_servers": f"{broker.host}:{broker.port}"})
+        return FetchConnection.open(net, manager, self._settings, node_id, broker.host,
+                                    broker.port, timeout_ms=self.request_timeout_ms)

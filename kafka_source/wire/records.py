@@ -47,7 +47,7 @@ from .codecs import decompress
 from ..errors import CorruptRecordError
 
 __all__ = [
-    "Record", "DecodeResult", "decode_records", "crc32c", "CRC32C_IMPLEMENTATION",
+    "Record", "DecodeResult", "decode_records", "scan_batches", "crc32c", "CRC32C_IMPLEMENTATION",
     "CONTROL_ABORT", "CONTROL_COMMIT",
 ]
 
@@ -243,6 +243,7 @@ def crc32c(data: bytes | bytearray | memoryview) -> int:
 _V2_HEADER = struct.Struct(">qiibIhiqqqhii")
 _V2_HEADER_SIZE = _V2_HEADER.size                 # 61
 _V2_CRC_START = 21                                # attributes onwards is CRC-covered
+_V2_LAST_DELTA_POS = 23                           # lastOffsetDelta
 _LOG_OVERHEAD = 12                                # offset int64 + length int32, every format
 _MAGIC_POS = 16                                   # magic byte position, every format
 # offset, messageSize | crc, magic, attributes
@@ -597,6 +598,42 @@ def walk_batches(view: memoryview, *, start_offset: int, end_offset: int, read_c
             break
     end_state.next_offset = next_offset
     end_state.truncated = truncated
+
+
+@dataclass(frozen=True)
+class Scan:
+    """What :func:`scan_batches` found from the batch headers alone."""
+
+    next_offset: int   # what walk_batches' next_offset is for well-formed data
+    batches: int       # complete batches (entries) looked at
+    nbytes: int        # their bytes
+
+
+def scan_batches(view: memoryview, *, start_offset: int, end_offset: int) -> Scan:
+    """Rule 5 of the module docstring over the batch headers only: no CRC check, no
+    decompression, no record parsing. For well-formed data ``next_offset`` equals the
+    ``next_offset`` of :func:`walk_batches` (and so of both decoders); the fetch loop uses it to
+    send the next Fetch request before the records are decoded, and checks it against the
+    decoder's answer."""
+    n = len(view)
+    next_offset = start_offset
+    offset_length = _OFFSET_LENGTH.unpack_from
+    last_delta = _INT32.unpack_from
+    pos = 0
+    batches = 0
+    while n - pos >= _LOG_OVERHEAD and next_offset < end_offset:
+        base_offset, length = offset_length(view, pos)
+        end = pos + _LOG_OVERHEAD + length
+        if length < _MIN_ENTRY_SIZE or end > n:
+            break
+        last = base_offset
+        if view[pos + _MAGIC_POS] == 2 and length >= _V2_HEADER_SIZE - _LOG_OVERHEAD:
+            last += last_delta(view, pos + _V2_LAST_DELTA_POS)[0]
+        if last >= next_offset:
+            next_offset = last + 1
+        batches += 1
+        pos = end
+    return Scan(next_offset, batches, pos)
 
 
 def v2_batch_records(batch: V2Batch, start_offset: int, end_offset: int,

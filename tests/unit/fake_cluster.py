@@ -4,6 +4,14 @@ It holds, per partition, a log of record batches (bytes crafted by ``record_buil
 start offset and aborted-transaction entries, and answers ``fetch``/``list_offsets``/``leaders``
 the way a broker would, so the fetch loop and offset planning can be tested without a broker and
 on things the embedded broker cannot show (transactions, log truncation, leader moves).
+
+``fetch_connections()`` hands the fetch loop fake Fetch connections (the interface of
+:mod:`kafka_source.wire.fetch_connection`) that answer through ``fetch``. With ``sessions=True``
+they also play the broker's side of fetch sessions (KIP-227: the session keeps partitions and
+offsets; incremental responses leave out partitions with nothing new), driven by the real
+client-side :class:`~kafka_source.wire.fetch_session.FetchSession`. With
+``strict_batch_limit=True`` a record batch larger than a partition's byte limit is returned
+only for the first partition that returns data, as Kafka does; otherwise always.
 """
 
 from __future__ import annotations
@@ -11,7 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
+from kafka_source.errors import TopicError
 from kafka_source.wire.client import BrokerClient, PartitionInfo, RetriableBrokerError, TopicInfo
+from kafka_source.wire.fetch_protocol import FetchResult, PartitionData
+from kafka_source.wire.fetch_session import FetchSession
 
 OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -28,10 +39,17 @@ class FakeLog:
 
 
 class FakeCluster:
-    def __init__(self, logs: dict, *, leader: int = 1):
+    def __init__(self, logs: dict, *, leader: int = 1, sessions: bool = False,
+                 strict_batch_limit: bool = False):
         self.logs = logs
         self.leader = leader
-        self.fetches: list[tuple[int, dict]] = []
+        self.sessions = sessions
+        self.strict_batch_limit = strict_batch_limit
+        self.leaders_by_partition: dict = {}    # per-partition leader overrides
+        self.fetches: list[tuple[int, dict]] = []   # (node, {tp: offset}) the broker served
+        self.requests: list = []                     # (node, SessionRequest) as sent
+        self.opened: list = []                       # node of every connection opened
+        self._connections = None
         self.script: list = []   # queued partition error codes / exceptions for the next fetches
         self.bootstrap_servers = "fake:9092"
         self.metadata_calls: list = []
@@ -73,7 +91,12 @@ class FakeCluster:
     topic_metadata = BrokerClient.topic_metadata
 
     def leaders(self, tps):
-        return {tp: self.leader for tp in tps}
+        return {tp: self.leaders_by_partition.get(tp, self.leader) for tp in tps}
+
+    def fetch_connections(self):
+        if self._connections is None:
+            self._connections = FakeConnections(self)
+        return self._connections
 
     def list_offsets(self, targets, *, read_committed, retries=None):
         out = {}
@@ -89,39 +112,158 @@ class FakeCluster:
         return out
 
     def fetch(self, node_id, positions, **kw):
+        """One Fetch served by broker ``node_id``: ``partition_max_bytes`` is an int or a dict
+        per partition. Scripted steps (an error code for every partition, or an exception to
+        raise) come first."""
         self.fetches.append((node_id, dict(positions)))
+        limits = kw.get("partition_max_bytes", 1 << 20)
         if self.script:
             step = self.script.pop(0)
             if isinstance(step, Exception):
                 raise step
-            return self._response(positions, error=step)
-        if node_id != self.leader:
-            return self._response(positions, error=NOT_LEADER_OR_FOLLOWER)
-        return self._response(positions, error=0, max_bytes=kw.get("partition_max_bytes", 1 << 20))
+            return self._response(positions, errors={tp: step for tp in positions})
+        errors = {tp: NOT_LEADER_OR_FOLLOWER for tp in positions
+                  if self.leaders_by_partition.get(tp, self.leader) != node_id}
+        return self._response(positions, errors=errors, max_bytes=limits)
 
-    def _response(self, positions, *, error, max_bytes=1 << 20):
+    def _response(self, positions, *, errors, max_bytes=1 << 20):
         topics = {}
+        first = True   # Kafka returns an oversized batch only for the first partition with data
         for (topic, partition), offset in positions.items():
-            log = self.logs[(topic, partition)]
+            tp = (topic, partition)
+            log = self.logs[tp]
+            error = errors.get(tp, 0)
+            limit = max_bytes.get(tp, 1 << 20) if isinstance(max_bytes, dict) else max_bytes
             data = b""
             if not error:
-                if offset < log.log_start or offset > self.hw((topic, partition)):
+                if offset < log.log_start or offset > self.hw(tp):
                     error = OFFSET_OUT_OF_RANGE
                 else:
                     for b in log.batches:
-                        if b.last_offset >= offset and b.base_offset < self.hw((topic, partition)):
-                            if data and len(data) + len(b.data) > max_bytes:
-                                data += b.data[: max(0, max_bytes - len(data))]  # truncated tail
-                                break
+                        if b.last_offset >= offset and b.base_offset < self.hw(tp):
+                            if len(data) + len(b.data) > limit:
+                                if data:   # the byte limit cuts the last batch
+                                    data += b.data[: max(0, limit - len(data))]
+                                    break
+                                if self.strict_batch_limit and not first:
+                                    break
+                                # an oversized first batch is returned whole (KIP-74)
                             data += b.data
+                if data:
+                    first = False
             aborted = [SimpleNamespace(producer_id=p, first_offset=f) for p, f in log.aborted]
             topics.setdefault(topic, []).append(SimpleNamespace(
                 partition_index=partition, error_code=error,
-                high_watermark=self.hw((topic, partition)), last_stable_offset=-1,
+                high_watermark=self.hw(tp), last_stable_offset=-1,
                 log_start_offset=log.log_start, aborted_transactions=aborted,
                 records=data))
         return SimpleNamespace(responses=[SimpleNamespace(topic=t, partitions=ps)
                                           for t, ps in topics.items()])
+
+
+class FakeConnections:
+    """The pool of fake Fetch connections (:class:`kafka_source.wire.fetch_connection.FetchConnections`)."""
+
+    def __init__(self, cluster: FakeCluster):
+        self.cluster = cluster
+        self.size_hints: dict = {}
+        self._conns: dict = {}
+
+    def get(self, node_id):
+        conn = self._conns.get(node_id)
+        if conn is None or conn.closed:
+            conn = self._conns[node_id] = FakeFetchConnection(self.cluster, node_id)
+            self.cluster.opened.append(node_id)
+        return conn
+
+    def discard(self, node_id):
+        conn = self._conns.pop(node_id, None)
+        if conn is not None:
+            conn.close()
+
+    def discard_in_flight(self):
+        for node_id, conn in list(self._conns.items()):
+            if conn.in_flight or conn.closed:
+                self.discard(node_id)
+
+    def close(self):
+        for node_id in list(self._conns):
+            self.discard(node_id)
+
+
+_session_ids = iter(range(1000, 1 << 30))
+
+
+class FakeFetchConnection:
+    """A Fetch connection to one fake broker, with the broker's side of a fetch session."""
+
+    expired = False
+
+    def __init__(self, cluster: FakeCluster, node_id):
+        self.cluster = cluster
+        self.node_id = node_id
+        self.session = FetchSession(cluster.sessions)
+        self.closed = False
+        self._pending = None
+        # broker side: session id -> {tp: FetchPartitionRequest}, and the last high watermark
+        # reported per partition (an incremental response includes a partition when it changed)
+        self._broker = None
+        self._reported: dict = {}
+
+    @property
+    def in_flight(self):
+        return self._pending is not None
+
+    def send(self, wanted, *, max_wait_ms, min_bytes, max_bytes, read_committed):
+        assert self._pending is None, "one request in flight per connection"
+        assert not self.closed
+        request = self.session.build(wanted)
+        self.cluster.requests.append((self.node_id, request))
+        self._pending = request
+
+    def receive(self):
+        request, self._pending = self._pending, None
+        assert request is not None, "receive without a request in flight"
+        if not self.cluster.sessions:
+            fetching, session_id = dict(request.partitions), 0
+        elif request.full:
+            self._broker = dict(request.partitions)
+            self._reported = {}
+            fetching, session_id = self._broker, next(_session_ids)
+        else:
+            for tp in request.forgotten:
+                self._broker.pop(tp, None)
+            self._broker.update(request.partitions)
+            fetching, session_id = self._broker, self.session.session_id
+        try:
+            response = self.cluster.fetch(
+                self.node_id, {tp: p.offset for tp, p in fetching.items()},
+                partition_max_bytes={tp: p.max_bytes for tp, p in fetching.items()})
+        except Exception:
+            self.close()
+            raise
+        result = FetchResult(0, session_id)
+        for t in response.responses:
+            for p in t.partitions:
+                tp = (t.topic, p.partition_index)
+                if not request.full and not p.records and not p.error_code \
+                        and self._reported.get(tp) == p.high_watermark:
+                    continue   # incremental: nothing new for this partition
+                self._reported[tp] = p.high_watermark
+                result.partitions[tp] = PartitionData(
+                    p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset,
+                    [(a.producer_id, a.first_offset) for a in p.aborted_transactions],
+                    memoryview(bytes(p.records)))
+        self.session.done(0, session_id)
+        result.requested = request.wanted
+        result.full = request.full
+        return result
+
+    def close(self):
+        if self._pending is not None:
+            self.session.abandon()
+        self._pending = None
+        self.closed = True
 
 
 def unreachable(message="connection refused"):

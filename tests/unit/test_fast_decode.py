@@ -24,11 +24,13 @@ from kafka_source.wire import fast_decode as fd
 from kafka_source.wire.arrow import records_to_batch
 from kafka_source.errors import CorruptRecordError
 from kafka_source.wire.fast_decode import ArrowDecodeResult, decode_to_arrow
+from kafka_source.wire.fetch_protocol import parse_fetch_response, response_header_size
 from kafka_source.wire.records import decode_records
 from kafka_source.schema import arrow_schema
 
 from . import record_builder as rb
 from .record_builder import R
+from .response_builder import encode_response
 
 BIG = 1 << 62
 TOPIC = "events-é"
@@ -62,26 +64,56 @@ def fast(data, include_headers, **kw):
     return pa.Table.from_batches(res.batches, schema=schema), res.next_offset, res.truncated
 
 
+# What surrounds a partition's records in a fetch response buffer: other partitions' bytes
+# (here: bytes that look like record lengths and zero attributes, the worst for lane seeds),
+# then the padding the fetch connection writes after every response, then stale bytes.
+_BEFORE = bytes(range(7, 90))
+_AFTER = b"\x0c\x00\x02" * 120
+_STALE = b"\x0c\x00" * 64
+
+
+def in_place(data) -> tuple[fd.PaddedBuffer, memoryview]:
+    """``data`` inside a receive buffer the way the fetch connection hands it to the decoder."""
+    raw = bytes(data)
+    buf = fd.PaddedBuffer(_BEFORE + raw + _AFTER + fd.RECORDS_PADDING + _STALE)
+    return buf, memoryview(buf)[len(_BEFORE):len(_BEFORE) + len(raw)]
+
+
+def fast_in_place(data, include_headers, **kw):
+    """:func:`fast` on a view into a :class:`PaddedBuffer`; the result must not change when the
+    buffer is overwritten afterwards (the connection reuses it for the next response)."""
+    buf, view = in_place(data)
+    table, next_offset, truncated = fast(view, include_headers, **kw)
+    before = _pylist(table)
+    view.release()
+    buf[:] = b"\xa5" * len(buf)
+    assert _pylist(table) == before
+    return table, next_offset, truncated
+
+
 def check(data, *, start=0, end=BIG, read_committed=False, aborted=(), check_crcs=True,
           headers=(False, True)):
-    """Assert both decoders agree on ``data``; returns the reference outcome."""
+    """Assert both decoders agree on ``data`` -- the fast one on a copy of the bytes and in
+    place in a receive buffer; returns the reference outcome."""
     kw = dict(start_offset=start, end_offset=end, read_committed=read_committed,
               aborted_transactions=list(aborted), check_crcs=check_crcs)
     for include_headers in headers:
         want = _outcome(lambda: reference(data, include_headers, **kw))
-        got = _outcome(lambda: fast(data, include_headers, **kw))
-        if want[0] == "raised":
-            assert got[0] == "raised", f"reference raised {want[1]!r}, fast returned {got[1]}"
-            assert type(got[1]) is type(want[1]) and str(got[1]) == str(want[1]), \
-                (want[1], got[1])
-            continue
-        assert got[0] == "ok", f"fast raised {got[1]!r}"
-        want_table, want_next, want_trunc = want[1]
-        got_table, got_next, got_trunc = got[1]
-        assert got_table.schema.equals(want_table.schema)
-        assert _pylist(got_table) == _pylist(want_table)
-        assert got_table.equals(want_table)
-        assert (got_next, got_trunc) == (want_next, want_trunc)
+        for path in (fast, fast_in_place):
+            got = _outcome(lambda: path(data, include_headers, **kw))
+            if want[0] == "raised":
+                assert got[0] == "raised", \
+                    f"reference raised {want[1]!r}, {path.__name__} returned {got[1]}"
+                assert type(got[1]) is type(want[1]) and str(got[1]) == str(want[1]), \
+                    (path.__name__, want[1], got[1])
+                continue
+            assert got[0] == "ok", f"{path.__name__} raised {got[1]!r}"
+            want_table, want_next, want_trunc = want[1]
+            got_table, got_next, got_trunc = got[1]
+            assert got_table.schema.equals(want_table.schema)
+            assert _pylist(got_table) == _pylist(want_table), path.__name__
+            assert got_table.equals(want_table)
+            assert (got_next, got_trunc) == (want_next, want_trunc)
     return want
 
 
@@ -183,7 +215,7 @@ def test_small_chunks_take_the_reference_path(monkeypatch):
     assert chunks == []
     big = b"".join(simple(30, 30 * i).data for i in range(4))
     check(big)
-    assert chunks == [1, 1]    # once per include_headers
+    assert chunks == [1] * 4   # once per include_headers, for bytes and in place
 
 
 def test_result_is_independent_of_the_input_buffer():
@@ -232,15 +264,45 @@ def test_well_formed_batches_never_need_the_reference_decoder(monkeypatch):
         parts.append(b.data)
         base = b.last_offset + 1
     data = b"".join(parts)
+    # uncompressed only: decoded in place when in a receive buffer
+    plain = b"".join(simple(1 + i % 9, 9 * i, value_size=100).data for i in range(30))
     for min_lanes in (1, 6, 1000):
         with tuning(min_lanes=min_lanes):
             check(data)
             check(data, start=5, end=base - 5)
+            check(plain)
+            check(plain, start=5, end=200)
     assert general_calls == []
     with_headers = rb.v2_batch([R(key=b"k", value=b"v" * 9000, headers=(("h", None),)),
                                 R(key=None, value=b"w")], base, codec=rb.LZ4)
     check(data + with_headers.data)
-    assert general_calls == [1, 1]  # only the header record, once per include_headers
+    # only the header record, once per include_headers, for bytes and in place
+    assert general_calls == [1] * 4
+
+
+def test_uncompressed_batches_in_a_receive_buffer_are_decoded_in_place(monkeypatch):
+    """Guards the in-place path: uncompressed sections in a PaddedBuffer are not copied into a
+    chunk first; compressed ones (decompressed into new buffers) and plain bytes are."""
+    seen = []
+    real = fd._in_place
+
+    def spy(payloads):
+        result = real(payloads)
+        seen.append(result[0] is not None)
+        return result
+
+    monkeypatch.setattr(fd, "_in_place", spy)
+    plain = b"".join(simple(40, 40 * i, value_size=30).data for i in range(5))
+    _buf, view = in_place(plain)
+    assert decode_to_arrow(view, start_offset=0, end_offset=BIG, topic=TOPIC,
+                           partition=PARTITION, include_headers=False).count == 200
+    assert seen == [True]
+    decode_to_arrow(plain, start_offset=0, end_offset=BIG, topic=TOPIC, partition=PARTITION,
+                    include_headers=False)
+    _buf, view = in_place(simple(40, 0, codec=rb.LZ4).data)
+    decode_to_arrow(view, start_offset=0, end_offset=BIG, topic=TOPIC, partition=PARTITION,
+                    include_headers=False)
+    assert seen == [True, False, False]
 
 
 # -- offsets, windows, truncation ------------------------------------------------------------------
@@ -890,3 +952,71 @@ def test_kafka_python_builder(codec):
     data = bytes(builder.build())
     check(data)
     check(data, start=10, end=30)
+
+
+# -- multi-partition Fetch responses ---------------------------------------------------------------
+
+def response_buffer(partitions: dict, version: int = 12):
+    """A Fetch response with these partitions' records, received the way the fetch connection
+    receives it (one PaddedBuffer: size, frame, padding) and parsed in place."""
+
+    topics: dict = {}
+    for (topic, partition), (raw, aborted) in partitions.items():
+        topics.setdefault(topic, {})[partition] = dict(
+            error=0, hw=1 << 40, lso=1 << 40, start=0, records=raw,
+            aborted=[(pid, first) for pid, first in aborted] or None)
+    frame = encode_response(version, topics=topics)
+    buf = fd.PaddedBuffer(frame + fd.RECORDS_PADDING + b"\x0c\x00" * 50)
+    body = memoryview(buf)[4:len(frame)]
+    result = parse_fetch_response(body[response_header_size(version, body):], version)
+    return buf, result
+
+
+@settings(max_examples=120, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(parts=st.lists(logs(), min_size=1, max_size=4), version=st.sampled_from([4, 7, 11, 12]),
+       data=st.data())
+def test_multi_partition_responses_decode_in_place_like_the_reference(parts, version, data):
+    committed = data.draw(st.booleans())
+    spec = {}
+    for i, (raw, first, nxt, txn_starts) in enumerate(parts):
+        aborted = data.draw(st.lists(st.sampled_from(txn_starts), unique=True)) \
+            if txn_starts else []
+        spec[("events" if i % 2 else "clicks", i)] = (raw, aborted, data.draw(windows(first, nxt)))
+    buf, result = response_buffer({tp: (raw, aborted) for tp, (raw, aborted, _) in spec.items()},
+                                  version)
+    with tuning(*data.draw(tuning_st)):
+        for tp, (raw, aborted, (start, end)) in spec.items():
+            got = result.partitions[tp]
+            assert bytes(got.records) == raw and got.records.obj is buf
+            kw = dict(start_offset=start, end_offset=end, read_committed=committed,
+                      aborted_transactions=got.aborted if version >= 4 else [],
+                      check_crcs=True)
+            for include_headers in (False, True):
+                want = _outcome(lambda: reference(raw, include_headers, **kw))
+                have = _outcome(lambda: fast(got.records, include_headers, **kw))
+                assert want[0] == have[0], (want, have)
+                if want[0] == "raised":
+                    assert str(want[1]) == str(have[1])
+                    continue
+                assert _pylist(have[1][0]) == _pylist(want[1][0])
+                assert have[1][1:] == want[1][1:]
+
+
+def test_multi_partition_response_of_uncompressed_batches_is_decoded_without_copies(monkeypatch):
+    calls = []
+    real = fd._in_place
+    monkeypatch.setattr(fd, "_in_place", lambda p: calls.append(1) or real(p))
+    spec = {("t", p): (b"".join(simple(30, 30 * i + 1000 * p, value_size=40).data
+                                for i in range(4)), []) for p in range(3)}
+    buf, result = response_buffer(spec)
+    tables = []
+    for (topic, partition), data in sorted(result.partitions.items()):
+        res = decode_to_arrow(data.records, start_offset=0, end_offset=BIG, topic=topic,
+                              partition=partition, include_headers=False)
+        tables.append(pa.Table.from_batches(res.batches))
+    before = [t.to_pylist() for t in tables]
+    buf[:] = b"\x00" * len(buf)               # the connection reuses the buffer
+    assert [t.to_pylist() for t in tables] == before
+    assert [len(t) for t in tables] == [120, 120, 120] and len(calls) == 3
+    assert before[2][0]["offset"] == 2000 and before[2][0]["partition"] == 2

@@ -151,3 +151,187 @@ def test_range_beyond_the_log_end_waits_then_fails_or_ends():
     got = read_offsets(cluster, OffsetRange("t", 0, 0, 10), poll_timeout_ms=100,
                        fail_on_data_loss=False)
     assert got == [0, 1, 2, 3, 4]
+
+
+# --- several partitions per task ----------------------------------------------------------------
+
+def multi_cluster(n_partitions=4, batches=5, per_batch=10, **kw):
+    logs = {("t", p): FakeLog(batches=[v2_batch(values(per_batch, per_batch * i, f"p{p}-"),
+                                                per_batch * i) for i in range(batches)])
+            for p in range(n_partitions)}
+    return FakeCluster(logs, **kw)
+
+
+def read_all(cluster, ranges, **kw):
+    """(topic, partition, offset) of everything read, checking per-partition offset order."""
+    fetcher = RangeFetcher(cluster, settings(**kw))
+    if _PATH["name"] == "arrow":
+        got = [(t, p, o) for batch in fetcher.read_arrow(ranges, include_headers=False)
+               for t, p, o in zip(batch.column("topic").to_pylist(),
+                                  batch.column("partition").to_pylist(),
+                                  batch.column("offset").to_pylist())]
+    else:
+        got = []
+        for chunk in fetcher.read(ranges):
+            got.extend(("t", None, rec.offset) for rec in chunk)
+    return got
+
+
+def offsets_by_partition(got):
+    out = {}
+    for _t, p, o in got:
+        out.setdefault(p, []).append(o)
+    return out
+
+
+@pytest.mark.parametrize("sessions", [False, True])
+def test_several_partitions_are_fetched_together_and_read_exactly(sessions):
+    cluster = multi_cluster(sessions=sessions)
+    ranges = [OffsetRange("t", 0, 3, 47), OffsetRange("t", 1, 0, 50), OffsetRange("t", 2, 10, 11),
+              OffsetRange("t", 3, 49, 50)]
+    got = read_all(cluster, ranges, partition_max_bytes=300)  # a few batches per fetch
+    if _PATH["name"] == "arrow":
+        assert offsets_by_partition(got) == {0: list(range(3, 47)), 1: list(range(50)),
+                                             2: [10], 3: [49]}
+    else:
+        assert sorted(o for *_, o in got) == sorted(list(range(3, 47)) + list(range(50))
+                                                    + [10, 49])
+    first = cluster.fetches[0][1]
+    assert set(first) == {("t", p) for p in range(4)}      # one request for all of them
+    # every request asks only for unfinished partitions, at positions that moved forward
+    for _node, positions in cluster.fetches:
+        for tp, offset in positions.items():
+            r = ranges[tp[1]]
+            assert r.start <= offset < r.end
+
+
+def test_incremental_fetch_sessions_list_only_what_changed():
+    cluster = multi_cluster(sessions=True)
+    ranges = [OffsetRange("t", p, 0, 50) for p in range(3)] + [OffsetRange("t", 3, 0, 10)]
+    got = read_all(cluster, ranges, partition_max_bytes=300)
+    assert len(got) == 160
+    requests = [r for _node, r in cluster.requests]
+    assert requests[0].full and set(requests[0].partitions) == {("t", p) for p in range(4)}
+    assert not any(r.full for r in requests[1:])
+    # partition 3 is done after its first responses and is forgotten, never asked for again
+    forgotten_at = next(i for i, r in enumerate(requests) if ("t", 3) in r.forgotten)
+    assert all(("t", 3) not in r.wanted for r in requests[forgotten_at:])
+    # after the first request, each one lists only partitions whose position moved
+    for before, after in zip(requests, requests[1:]):
+        assert all(before.wanted.get(tp) != p for tp, p in after.partitions.items())
+
+
+def test_partitions_without_news_are_left_out_of_incremental_responses():
+    # partition 1's range ends beyond its log: it waits (omitted from responses) while the
+    # others are read; then, with failOnDataLoss=false, it ends early.
+    cluster = multi_cluster(n_partitions=2, sessions=True)
+    got = read_all(cluster, [OffsetRange("t", 0, 0, 50), OffsetRange("t", 1, 40, 60)],
+                   poll_timeout_ms=200, fail_on_data_loss=False)
+    assert len(got) == 60
+
+
+def test_next_request_is_sent_before_decoding_and_no_request_is_left_over():
+    cluster = multi_cluster(n_partitions=2)
+    fetcher = RangeFetcher(cluster, settings(partition_max_bytes=300))
+    ranges = [OffsetRange("t", 0, 0, 50), OffsetRange("t", 1, 0, 50)]
+    it = fetcher.read(ranges) if _PATH["name"] == "reference" \
+        else fetcher.read_arrow(ranges, include_headers=False)
+    next(it)                                   # the first decoded output ...
+    assert len(cluster.requests) == 2          # ... comes after the second request went out
+    for _ in it:
+        pass
+    conns = cluster.fetch_connections()
+    assert conns._conns and not any(c.in_flight for c in conns._conns.values())
+    assert len(cluster.fetches) == len(cluster.requests)   # nothing sent that was not needed
+
+
+def test_a_task_stopped_early_closes_the_connection_with_a_request_in_flight():
+    cluster = multi_cluster(n_partitions=2)
+    fetcher = RangeFetcher(cluster, settings(partition_max_bytes=300))
+    it = fetcher.read([OffsetRange("t", 0, 0, 50), OffsetRange("t", 1, 0, 50)])
+    next(it)
+    conn = cluster.fetch_connections()._conns[1]
+    assert conn.in_flight
+    it.close()                                 # Spark stopped reading (e.g. a limit)
+    assert conn.closed and not cluster.fetch_connections()._conns
+
+
+def test_a_wrong_guess_of_the_next_position_is_ignored(monkeypatch):
+    """Well-formed batches never make the header scan and the decoder disagree; if they did,
+    the part of the next response fetched at the guessed position is ignored."""
+    import kafka_source.read.fetcher as fetcher_module
+
+    real = fetcher_module.scan_batches
+
+    def off_by_two(view, *, start_offset, end_offset):
+        scan = real(view, start_offset=start_offset, end_offset=end_offset)
+        return type(scan)(scan.next_offset + 2, scan.batches, scan.nbytes)
+
+    monkeypatch.setattr(fetcher_module, "scan_batches", off_by_two)
+    cluster = multi_cluster(n_partitions=2)
+    got = read_all(cluster, [OffsetRange("t", 0, 0, 50), OffsetRange("t", 1, 5, 30)],
+                   partition_max_bytes=300)
+    if _PATH["name"] == "arrow":
+        assert offsets_by_partition(got) == {0: list(range(50)), 1: list(range(5, 30))}
+    else:
+        assert sorted(o for *_, o in got) == sorted(list(range(50)) + list(range(5, 30)))
+
+
+def test_one_partition_moving_its_leader_does_not_hold_up_the_others():
+    cluster = multi_cluster(n_partitions=3)
+    cluster.leaders_by_partition[("t", 1)] = 2      # partition 1 is led by broker 2
+    got = read_all(cluster, [OffsetRange("t", p, 0, 50) for p in range(3)],
+                   partition_max_bytes=300)
+    assert len(got) == 150
+    served = {(node, tp) for node, positions in cluster.fetches for tp in positions}
+    assert served == {(1, ("t", 0)), (1, ("t", 2)), (2, ("t", 1))}
+    assert sorted(set(cluster.opened)) == [1, 2]
+
+
+def test_partition_errors_back_off_that_partition_only():
+    cluster = multi_cluster(n_partitions=2)
+    orig = cluster.fetch
+    failures = {"left": 3}
+
+    def flaky(node_id, positions, **kw):
+        response = orig(node_id, positions, **kw)
+        for t in response.responses:
+            for p in t.partitions:
+                if p.partition_index == 1 and failures["left"]:
+                    failures["left"] -= 1
+                    p.error_code, p.records = NOT_LEADER_OR_FOLLOWER, b""
+        return response
+
+    cluster.fetch = flaky
+    got = read_all(cluster, [OffsetRange("t", 0, 0, 50), OffsetRange("t", 1, 0, 50)],
+                   partition_max_bytes=300, retry_backoff_ms=20)
+    assert len(got) == 100 and failures["left"] == 0
+
+
+def test_the_last_request_of_a_range_asks_for_about_what_it_needs():
+    cluster = multi_cluster(n_partitions=1, batches=40, per_batch=10)
+    read_all(cluster, [OffsetRange("t", 0, 0, 400)], partition_max_bytes=2000)
+    batch_bytes = len(cluster.logs[("t", 0)].batches[0].data)
+    # learned sizes carry over to the next task on this worker: a 15-record range
+    limits = []
+    orig = cluster.fetch
+
+    def spy(node_id, positions, **kw):
+        limits.append(dict(kw["partition_max_bytes"]))
+        return orig(node_id, positions, **kw)
+
+    cluster.fetch = spy
+    assert len(read_all(cluster, [OffsetRange("t", 0, 100, 115)],
+                        partition_max_bytes=1 << 20)) == 15
+    assert limits and limits[0][("t", 0)] <= max(64 << 10, 4 * batch_bytes + 4096) < 1 << 20
+
+
+def test_an_oversized_batch_behind_another_partition_is_still_read():
+    # Kafka returns a batch larger than the partition limit only for the first partition with
+    # data in a response; the starved partition goes first next time and gets more room.
+    big = {("t", 0): FakeLog(batches=[v2_batch(values(20, 0, "x" * 200), 0)]),
+           ("t", 1): FakeLog(batches=[v2_batch(values(5, 5 * i), 5 * i) for i in range(10)])}
+    cluster = FakeCluster(big, strict_batch_limit=True)
+    ranges = [OffsetRange("t", 1, 0, 50), OffsetRange("t", 0, 0, 20)]
+    got = read_all(cluster, ranges, partition_max_bytes=500)
+    assert len(got) == 70

@@ -782,15 +782,29 @@ def test_available_now_with_nothing_to_read_leaves_at_once():
 
 # --- partitions(start, end) ----------------------------------------------------------------------
 
-def test_partitions_plans_one_task_per_nonempty_range():
+def test_partitions_plans_the_nonempty_ranges_packed_by_the_work():
     reader = make_reader(Cluster(), FakeMember(), includeHeaders="true")
     start = o(t={0: 5, 1: 7, 2: 9}, a={0: 0})
     end = o(t={0: 8, 1: 7, 3: 4}, a={0: 2})     # t-1 empty, t-2 dropped, t-3 adopted
     parts = reader.partitions(start, end)
     assert [(r.topic, r.partition, r.start, r.end) for p in parts for r in p.ranges] == [
         ("a", 0, 0, 2), ("t", 0, 5, 8)]
-    assert [p.index for p in parts] == [0, 1]
+    assert [p.index for p in parts] == [0]       # 5 records: one task
     assert all(p.settings.include_headers for p in parts)
+    reader = make_reader(Cluster(), FakeMember(), minPartitions="2")
+    assert [len(p.ranges) for p in reader.partitions(start, end)] == [1, 1]
+
+
+def test_partitions_uses_at_most_the_parallelism_for_a_big_micro_batch():
+    start = o(t={p: 0 for p in range(8)})
+    end = o(t={p: 100_000 for p in range(8)})
+    reader = make_reader(Cluster(), FakeMember())
+    reader.parallelism = 2
+    parts = reader.partitions(start, end)
+    assert [len(p.ranges) for p in parts] == [4, 4]
+    reader = make_reader(Cluster(), FakeMember(), maxPartitions="8")
+    reader.parallelism = 2
+    assert len(reader.partitions(start, end)) == 8
 
 
 def test_partitions_applies_min_partitions_and_max_records_per_partition():
