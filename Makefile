@@ -19,7 +19,7 @@ SPARK_PY_ENV = PYSPARK_PYTHON="$(CURDIR)/$(VPY)" PYSPARK_DRIVER_PYTHON="$(CURDIR
 help:
 	@echo "make install   create $(VENV) and install the package with its test extras (idempotent)"
 	@echo "make test      run the test suite (PYTEST_ARGS='-k foo -x' to pass options to pytest)"
-	@echo "make demo      run notebooks/demo.py"
+	@echo "make demo      the streaming demo: a query in a consumer group, its lag, a resume (notebooks/demo.py)"
 	@echo "make bench     run benchmarks/run.py (installs the 'bench' extras)"
 	@echo "make clean     remove $(VENV) and build/test leftovers"
 	@echo "Broker: KAFKA_BOOTSTRAP_SERVERS=host:port uses that Kafka; else Docker (testcontainers)"

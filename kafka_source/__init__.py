@@ -1,12 +1,14 @@
 """pykafka: a Kafka source for Apache Spark on the Python Data Source API.
 
-    import kafka_source
-    kafka_source.register(spark)
-    df = (spark.read.format("pykafka")
+    df = (spark.read.format("pykafka")          # no registration step: see pyspark_pykafka.py
           .option("kafka.bootstrap.servers", "broker:9092")
           .option("subscribe", "events")
           .load())
     stream = spark.readStream.format("pykafka").option(...).option("kafka.group.id", "g").load()
+
+    import kafka_source
+    kafka_source.register(spark)                 # optional: the same, explicitly
+    kafka_source.describe_group({"kafka.bootstrap.servers": "broker:9092"}, "g").total_lag
 
 How a record travels, folder by folder:
 
@@ -14,6 +16,7 @@ How a record travels, folder by folder:
     read/     offsets, planning        resolve offset ranges and split them into Spark tasks
               stream, admission        streams: each trigger's end offsets, rate limits
     group/    member, assignors        streams: consumer-group membership and commits (driver)
+              status                   a group's members, committed offsets and lag (any side)
     read/     executor, fetcher        the fetch loop for a task's ranges (executor)
     wire/     client                   Kafka protocol requests: Metadata, ListOffsets, groups, ...
               fetch_connection,        the executors' Fetch connections: responses read into one
@@ -27,7 +30,7 @@ How a record travels, folder by folder:
 Importing this package starts nothing and opens no socket.
 """
 
-__all__ = ["KafkaDataSource", "register"]
+__all__ = ["KafkaDataSource", "describe_group", "register"]
 __version__ = "0.1.0"
 
 
@@ -38,6 +41,10 @@ def __getattr__(name):
         from .datasource import KafkaDataSource
 
         return KafkaDataSource
+    if name == "describe_group":
+        from .group.status import describe_group
+
+        return describe_group
     raise AttributeError(f"module 'kafka_source' has no attribute {name!r}")
 
 

@@ -7,7 +7,6 @@ from pyspark.sql.types import StructType
 
 from .config.options import (_lower_keys, parse_batch_options, parse_bool, parse_stream_options,
                       validate_common_options)
-from .schema import spark_schema
 
 
 class KafkaDataSource(DataSource):
@@ -38,6 +37,10 @@ class KafkaDataSource(DataSource):
     def schema(self) -> StructType:
         # Spark asks for the schema when the DataFrame is defined: fail there on bad options.
         validate_common_options(self.options)
+        # Imported here, not at the top: pyspark_pykafka imports this module in every session's
+        # data source lookup, and the schema module loads pyarrow.
+        from .schema import spark_schema
+
         return spark_schema(parse_bool(_lower_keys(self.options), "includeHeaders", False))
 
     def reader(self, schema: StructType) -> DataSourceReader:

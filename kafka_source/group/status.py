@@ -1,0 +1,195 @@
+"""A consumer group as Kafka's tools see it: members, their partitions, committed offsets, lag.
+
+What ``kafka-consumer-groups.sh --describe --group G`` prints, from Python and without a Kafka
+distribution, for notebooks, the demo and tests::
+
+    from kafka_source import describe_group
+
+    status = describe_group({"kafka.bootstrap.servers": "broker:9092"}, "clicks-to-lake")
+    status.total_lag
+    pandas.DataFrame(status.rows())   # topic, partition, committed, end, lag, member, client
+
+The options are the query's own Spark options (``kafka.*`` security settings included), or just
+the bootstrap servers. Nothing here reads the connector's state: the answer comes from the
+brokers, so it shows what any other Kafka tool would show, and it serves as an independent check
+of what a streaming query committed.
+
+* Committed offsets (OffsetFetch) and log end offsets (ListOffsets, latest) are asked through
+  kafka-python's ``KafkaAdminClient``, the same requests Kafka's own tool sends; lag is end minus
+  committed, unknown (None) for a partition the group never committed.
+* Members and their assignments come from DescribeGroups, sent through the connector's
+  :class:`~kafka_source.wire.client.BrokerClient` without authorized operations: kafka-python
+  3.0's ``describe_groups`` always asks for them and fails on operation codes it does not know
+  (the embedded Tansu broker sends some). The assignments are decoded as Kafka's
+  ConsumerProtocol (:class:`~kafka_source.group.assignors.Assignment`), so plain Java or Python
+  consumers in the group show up as well.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+import kafka.errors as Errors
+
+from ..errors import KafkaSourceError
+from .assignors import Assignment, TopicPartition
+
+__all__ = ["GroupStatus", "MemberStatus", "PartitionStatus", "describe_group"]
+
+
+@dataclass(frozen=True)
+class MemberStatus:
+    member_id: str
+    client_id: str
+    host: str
+    partitions: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True)
+class PartitionStatus:
+    topic: str
+    partition: int
+    committed: int | None     # the group's committed offset; None: never committed
+    end: int                  # the log end offset (next offset to be written)
+    member_id: str | None     # the member the partition is assigned to, if any
+
+    @property
+    def lag(self) -> int | None:
+        return None if self.committed is None else max(0, self.end - self.committed)
+
+
+@dataclass(frozen=True)
+class GroupStatus:
+    group_id: str
+    state: str                # Empty, PreparingRebalance, CompletingRebalance, Stable, Dead
+    assignor: str             # the protocol (assignor) the group agreed on; "" when empty
+    members: tuple[MemberStatus, ...]
+    partitions: tuple[PartitionStatus, ...]
+
+    @property
+    def total_lag(self) -> int | None:
+        """The sum of the known lags; None while the group has committed nothing."""
+        known = [p.lag for p in self.partitions if p.lag is not None]
+        return sum(known) if known else None
+
+    @property
+    def committed(self) -> dict[TopicPartition, int]:
+        return {(p.topic, p.partition): p.committed for p in self.partitions
+                if p.committed is not None}
+
+    def assignment(self) -> dict[str, tuple[TopicPartition, ...]]:
+        """member id -> its partitions."""
+        return {m.member_id: m.partitions for m in self.members}
+
+    def rows(self) -> list[dict]:
+        """One dict per partition, the columns of ``kafka-consumer-groups.sh --describe``."""
+        clients = {m.member_id: m for m in self.members}
+        return [{"topic": p.topic, "partition": p.partition, "committed": p.committed,
+                 "end": p.end, "lag": p.lag, "member": p.member_id,
+                 "client": clients[p.member_id].client_id if p.member_id in clients else None}
+                for p in self.partitions]
+
+
+def describe_group(options: Mapping[str, str] | str, group_id: str,
+                   topics: Iterable[str] | None = None) -> GroupStatus:
+    """The group's state, members, committed offsets and lag, as the brokers report them.
+
+    ``options``: the Spark options of the query (``kafka.bootstrap.servers`` and any
+    ``kafka.*`` connection and security settings), or a bootstrap servers string. Partitions
+    reported: those the group committed or a member is assigned, plus every partition of
+    ``topics`` when given (so that lag shows before the first commit).
+    """
+    from ..config.client_config import client_config_from_options, connection_settings
+    from ..config.options import _lower_keys
+    from ..wire.client import BrokerClient
+
+    if isinstance(options, str):
+        options = {"kafka.bootstrap.servers": options}
+    config = client_config_from_options(_lower_keys(options))
+    with BrokerClient(config) as client:
+        state, assignor, members = _describe(client, group_id)
+        wanted = list(topics or ())
+        partitions = {(t, p) for t, ps in client.partitions_of(wanted).items() for p in ps}
+    admin = _admin_client(connection_settings(config))
+    try:
+        committed = _committed(admin, group_id)
+        partitions.update(committed)
+        for member in members:
+            partitions.update(member.partitions)
+        ends = _end_offsets(admin, partitions)
+    finally:
+        admin.close()
+    owner = {tp: m.member_id for m in members for tp in m.partitions}
+    return GroupStatus(group_id, state, assignor, tuple(members), tuple(
+        PartitionStatus(t, p, committed.get((t, p)), ends[(t, p)], owner.get((t, p)))
+        for t, p in sorted(partitions)))
+
+
+def _describe(client, group_id: str) -> tuple[str, str, list[MemberStatus]]:
+    """DescribeGroups at the group's coordinator, retried (within ``kafka.request.timeout.ms``)
+    while the coordinator is unknown, loading or moving: a fresh cluster answers
+    CoordinatorNotAvailable until its offsets topic exists."""
+    from kafka.protocol.admin import DescribeGroupsRequest
+
+    from ..wire.client import RetriableBrokerError
+
+    retriable = (Errors.CoordinatorLoadInProgressError, Errors.CoordinatorNotAvailableError,
+                 Errors.NotCoordinatorError)
+    deadline = time.monotonic() + client.request_timeout_ms / 1000
+    while True:
+        try:
+            node = client.find_coordinator(group_id)
+            response = client.send(node, DescribeGroupsRequest(
+                groups=[group_id], include_authorized_operations=False))
+            group = response.groups[0]
+            err = Errors.for_code(group.error_code)
+            if err in retriable:
+                raise RetriableBrokerError(f"DescribeGroups: {err.__name__}")
+            break
+        except RetriableBrokerError as exc:
+            if time.monotonic() >= deadline:
+                raise KafkaSourceError(
+                    f"Could not describe consumer group '{group_id}' within "
+                    f"{client.request_timeout_ms} ms (kafka.request.timeout.ms): {exc}") from exc
+            time.sleep(0.2)
+    if err is Errors.GroupIdNotFoundError:  # Kafka 4's coordinator; older ones answer "Dead"
+        return "Dead", "", []
+    if err is not Errors.NoError:
+        raise KafkaSourceError(f"DescribeGroups for consumer group '{group_id}' failed: "
+                               f"{err.__name__} ({getattr(err, 'description', '')}).")
+    members = []
+    for m in group.members:
+        assignment = (Assignment.decode(bytes(m.member_assignment or b""))
+                      if group.protocol_type in ("consumer", "") else Assignment(()))
+        members.append(MemberStatus(m.member_id, m.client_id, m.client_host,
+                                    assignment.partitions))
+    members.sort(key=lambda m: (m.client_id, m.member_id))
+    return group.group_state, group.protocol_data or "", members
+
+
+def _admin_client(settings: Mapping[str, object]):
+    from kafka import KafkaAdminClient
+
+    known = KafkaAdminClient.DEFAULT_CONFIG
+    return KafkaAdminClient(**{k: v for k, v in settings.items() if k in known})
+
+
+def _committed(admin, group_id: str) -> dict[TopicPartition, int]:
+    try:
+        offsets = admin.list_group_offsets(group_id).get(group_id, {})
+    except Errors.GroupIdNotFoundError:
+        return {}
+    return {(tp.topic, tp.partition): om.offset for tp, om in offsets.items() if om.offset >= 0}
+
+
+def _end_offsets(admin, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+    from kafka import TopicPartition as KafkaTopicPartition
+    from kafka.admin import OffsetSpec
+
+    specs = {KafkaTopicPartition(t, p): OffsetSpec.LATEST for t, p in partitions}
+    if not specs:
+        return {}
+    return {(tp.topic, tp.partition): found.offset
+            for tp, found in admin.list_partition_offsets(specs).items()}

@@ -1,0 +1,108 @@
+"""kafka_source.group.status: the group view's arithmetic and DescribeGroups handling, without a
+broker (tests/integration/test_group_status.py runs it against one)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from kafka_source.errors import KafkaSourceError
+from kafka_source.group import status
+from kafka_source.group.assignors import Assignment
+from kafka_source.group.status import GroupStatus, MemberStatus, PartitionStatus
+from kafka_source.wire.client import RetriableBrokerError
+
+NO_ERROR, COORDINATOR_LOADING, GROUP_ID_NOT_FOUND, GROUP_AUTH_FAILED = 0, 14, 69, 30
+
+
+def group_status(*partitions, members=()):
+    return GroupStatus("g", "Stable", "range", tuple(members), tuple(partitions))
+
+
+def test_lag_is_end_minus_committed_and_unknown_without_a_commit():
+    assert PartitionStatus("t", 0, 40, 50, None).lag == 10
+    assert PartitionStatus("t", 0, 50, 50, None).lag == 0
+    assert PartitionStatus("t", 0, None, 50, None).lag is None
+
+
+def test_total_lag_sums_known_lags_and_is_none_before_any_commit():
+    assert group_status(PartitionStatus("t", 0, None, 5, None)).total_lag is None
+    assert group_status(PartitionStatus("t", 0, 3, 5, None),
+                        PartitionStatus("t", 1, None, 9, None),
+                        PartitionStatus("t", 2, 1, 8, None)).total_lag == 9
+    assert group_status().total_lag is None
+
+
+def test_rows_and_committed_name_each_partition_and_its_member():
+    member = MemberStatus("m-1", "query-A", "/127.0.0.1", (("t", 0),))
+    s = group_status(PartitionStatus("t", 0, 3, 5, "m-1"), PartitionStatus("t", 1, None, 2, None),
+                     members=[member])
+    assert s.rows() == [
+        {"topic": "t", "partition": 0, "committed": 3, "end": 5, "lag": 2, "member": "m-1",
+         "client": "query-A"},
+        {"topic": "t", "partition": 1, "committed": None, "end": 2, "lag": None, "member": None,
+         "client": None}]
+    assert s.committed == {("t", 0): 3}
+    assert s.assignment() == {"m-1": (("t", 0),)}
+
+
+class FakeCoordinator:
+    """find_coordinator/send as BrokerClient has them, answering from a script."""
+
+    request_timeout_ms = 2_000
+
+    def __init__(self, *answers):
+        self.answers = list(answers)   # error codes, exceptions, or ("ok", members)
+        self.sent = []
+
+    def find_coordinator(self, group_id):
+        return 1
+
+    def send(self, node, request):
+        self.sent.append(request)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        code, members = answer if isinstance(answer, tuple) else (answer, [])
+        group = SimpleNamespace(error_code=code, group_state="Stable", protocol_type="consumer",
+                                protocol_data="range", members=members)
+        return SimpleNamespace(groups=[group])
+
+
+def member(member_id, client_id, partitions):
+    return SimpleNamespace(member_id=member_id, client_id=client_id, client_host="/10.0.0.1",
+                           member_assignment=Assignment(tuple(partitions)).encode())
+
+
+def test_describe_decodes_assignments_and_asks_for_no_authorized_operations():
+    client = FakeCoordinator((NO_ERROR, [member("b-2", "query-B", [("t", 2), ("t", 3)]),
+                                         member("a-1", "query-A", [("t", 0), ("t", 1)])]))
+    state, assignor, members = status._describe(client, "g")
+    assert (state, assignor) == ("Stable", "range")
+    assert [(m.client_id, m.partitions) for m in members] == [
+        ("query-A", (("t", 0), ("t", 1))), ("query-B", (("t", 2), ("t", 3)))]
+    assert client.sent[0].include_authorized_operations is False
+
+
+def test_describe_retries_while_the_coordinator_loads_or_is_unreachable(monkeypatch):
+    monkeypatch.setattr(status.time, "sleep", lambda s: None)
+    client = FakeCoordinator(COORDINATOR_LOADING, RetriableBrokerError("connection reset"),
+                             (NO_ERROR, []))
+    assert status._describe(client, "g") == ("Stable", "range", [])
+    assert len(client.sent) == 3
+
+
+def test_describe_gives_up_after_the_request_timeout(monkeypatch):
+    clock = iter(range(0, 1000, 1))
+    monkeypatch.setattr(status.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(status.time, "sleep", lambda s: None)
+    client = FakeCoordinator(*[COORDINATOR_LOADING] * 10)
+    with pytest.raises(KafkaSourceError, match=r"consumer group 'g' within 2000 ms"):
+        status._describe(client, "g")
+
+
+def test_a_group_that_does_not_exist_is_dead_and_a_refusal_is_an_error():
+    assert status._describe(FakeCoordinator(GROUP_ID_NOT_FOUND), "g") == ("Dead", "", [])
+    with pytest.raises(KafkaSourceError, match="GroupAuthorizationFailedError"):
+        status._describe(FakeCoordinator(GROUP_AUTH_FAILED), "g")
