@@ -44,6 +44,9 @@ from ..config.options import GroupOptions
 
 log = logging.getLogger(__name__)
 
+# How long LeaveGroup may take when a query stops; after it the session timeout covers it.
+_LEAVE_TIMEOUT_MS = 5_000
+
 PROTOCOL_TYPE = "consumer"
 _NO_GENERATION = -1
 _MAX_BACKOFF_S = 1.0
@@ -478,7 +481,9 @@ class GroupMember:
             members=[LeaveGroupRequest.MemberIdentity(member_id=generation.member_id,
                                                       group_instance_id=None, reason=reason)])
         try:
-            response = self._client.send(self._node, request)
+            # Bounded: this runs while Spark stops the query (and may kill the process).
+            timeout_ms = min(self.request_timeout_ms, _LEAVE_TIMEOUT_MS)
+            response = self._client.send(self._node, request, timeout_ms=timeout_ms)
             log.info("Group '%s': member '%s' left (%s)", self.group_id, generation.member_id,
                      error_for(response.error_code).__name__)
         except Exception as exc:  # leaving is best effort: the session timeout covers it

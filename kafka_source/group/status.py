@@ -14,15 +14,17 @@ the bootstrap servers. Nothing here reads the connector's state: the answer come
 brokers, so it shows what any other Kafka tool would show, and it serves as an independent check
 of what a streaming query committed.
 
-* Committed offsets (OffsetFetch) and log end offsets (ListOffsets, latest) are asked through
-  kafka-python's ``KafkaAdminClient``, the same requests Kafka's own tool sends; lag is end minus
+* Committed offsets (OffsetFetch of all the group's partitions at its coordinator) and log end
+  offsets (ListOffsets, latest) are the requests Kafka's own tool sends; lag is end minus
   committed, unknown (None) for a partition the group never committed.
-* Members and their assignments come from DescribeGroups, sent through the connector's
-  :class:`~kafka_source.wire.client.BrokerClient` without authorized operations: kafka-python
-  3.0's ``describe_groups`` always asks for them and fails on operation codes it does not know
-  (the embedded Tansu broker sends some). The assignments are decoded as Kafka's
+* Members and their assignments come from DescribeGroups, sent without authorized operations:
+  kafka-python 3.0's ``describe_groups`` always asks for them and fails on operation codes it
+  does not know (the embedded Tansu broker sends some). The assignments are decoded as Kafka's
   ConsumerProtocol (:class:`~kafka_source.group.assignors.Assignment`), so plain Java or Python
   consumers in the group show up as well.
+* Every request goes through the connector's :class:`~kafka_source.wire.client.BrokerClient`, so
+  TLS and SASL work exactly as in a query (trust and key stores, secrets never shown) and
+  transient errors are retried within ``kafka.request.timeout.ms``.
 """
 
 from __future__ import annotations
@@ -101,36 +103,40 @@ def describe_group(options: Mapping[str, str] | str, group_id: str,
     reported: those the group committed or a member is assigned, plus every partition of
     ``topics`` when given (so that lag shows before the first commit).
     """
-    from ..config.client_config import client_config_from_options, connection_settings
+    from ..config.client_config import client_config_from_options
     from ..config.options import _lower_keys
-    from ..wire.client import BrokerClient
+    from ..wire.client import LATEST_TIMESTAMP, BrokerClient, Retries, readable_topic
 
     if isinstance(options, str):
         options = {"kafka.bootstrap.servers": options}
     config = client_config_from_options(_lower_keys(options))
     with BrokerClient(config) as client:
-        state, assignor, members = _describe(client, group_id)
+        retries = Retries(window_ms=client.request_timeout_ms)
+        node, (state, assignor, members) = _describe(client, group_id)
+        partitions: set[TopicPartition] = set()
         wanted = list(topics or ())
-        partitions = {(t, p) for t, ps in client.partitions_of(wanted).items() for p in ps}
-    admin = _admin_client(connection_settings(config))
-    try:
-        committed = _committed(admin, group_id)
+        if wanted:
+            infos = client.topic_metadata(wanted, retries)
+            for topic in wanted:
+                info = readable_topic(topic, infos.get(topic), client.bootstrap_servers)
+                partitions.update((topic, p) for p in info.partitions)
+        committed = _committed(client, node, group_id)
         partitions.update(committed)
         for member in members:
             partitions.update(member.partitions)
-        ends = _end_offsets(admin, partitions)
-    finally:
-        admin.close()
+        ends = {tp: offset for tp, (offset, _) in client.list_offsets(
+            {tp: LATEST_TIMESTAMP for tp in partitions}, read_committed=False,
+            retries=retries).items()} if partitions else {}
     owner = {tp: m.member_id for m in members for tp in m.partitions}
     return GroupStatus(group_id, state, assignor, tuple(members), tuple(
         PartitionStatus(t, p, committed.get((t, p)), ends[(t, p)], owner.get((t, p)))
         for t, p in sorted(partitions)))
 
 
-def _describe(client, group_id: str) -> tuple[str, str, list[MemberStatus]]:
-    """DescribeGroups at the group's coordinator, retried (within ``kafka.request.timeout.ms``)
-    while the coordinator is unknown, loading or moving: a fresh cluster answers
-    CoordinatorNotAvailable until its offsets topic exists."""
+def _describe(client, group_id: str) -> tuple[object, tuple[str, str, list[MemberStatus]]]:
+    """The group coordinator's node, and (state, assignor, members) from DescribeGroups there,
+    retried (within ``kafka.request.timeout.ms``) while the coordinator is unknown, loading or
+    moving: a fresh cluster answers CoordinatorNotAvailable until its offsets topic exists."""
     from kafka.protocol.admin import DescribeGroupsRequest
 
     from ..wire.client import RetriableBrokerError
@@ -155,7 +161,7 @@ def _describe(client, group_id: str) -> tuple[str, str, list[MemberStatus]]:
                     f"{client.request_timeout_ms} ms (kafka.request.timeout.ms): {exc}") from exc
             time.sleep(0.2)
     if err is Errors.GroupIdNotFoundError:  # Kafka 4's coordinator; older ones answer "Dead"
-        return "Dead", "", []
+        return node, ("Dead", "", [])
     if err is not Errors.NoError:
         raise KafkaSourceError(f"DescribeGroups for consumer group '{group_id}' failed: "
                                f"{err.__name__} ({getattr(err, 'description', '')}).")
@@ -166,30 +172,29 @@ def _describe(client, group_id: str) -> tuple[str, str, list[MemberStatus]]:
         members.append(MemberStatus(m.member_id, m.client_id, m.client_host,
                                     assignment.partitions))
     members.sort(key=lambda m: (m.client_id, m.member_id))
-    return group.group_state, group.protocol_data or "", members
+    return node, (group.group_state, group.protocol_data or "", members)
 
 
-def _admin_client(settings: Mapping[str, object]):
-    from kafka import KafkaAdminClient
+def _committed(client, node, group_id: str) -> dict[TopicPartition, int]:
+    """All of the group's committed offsets (OffsetFetch v2+ without topics: every partition)."""
+    from kafka.protocol.consumer import OffsetFetchRequest
 
-    known = KafkaAdminClient.DEFAULT_CONFIG
-    return KafkaAdminClient(**{k: v for k, v in settings.items() if k in known})
-
-
-def _committed(admin, group_id: str) -> dict[TopicPartition, int]:
-    try:
-        offsets = admin.list_group_offsets(group_id).get(group_id, {})
-    except Errors.GroupIdNotFoundError:
+    G = OffsetFetchRequest.OffsetFetchRequestGroup
+    response = client.send(node, OffsetFetchRequest(
+        group_id=group_id, topics=None, groups=[G(group_id=group_id, topics=None)],
+        require_stable=False, max_version=8))
+    if response.version >= 8:
+        code, found = response.groups[0].error_code, response.groups[0].topics
+    else:
+        code, found = response.error_code, response.topics
+    err = Errors.for_code(code)
+    if err is Errors.GroupIdNotFoundError:
         return {}
-    return {(tp.topic, tp.partition): om.offset for tp, om in offsets.items() if om.offset >= 0}
+    if err is not Errors.NoError:
+        raise KafkaSourceError(f"OffsetFetch for consumer group '{group_id}' failed: "
+                               f"{err.__name__} ({getattr(err, 'description', '')}).")
+    return {(t.name, p.partition_index): p.committed_offset
+            for t in found for p in t.partitions
+            if p.error_code == 0 and p.committed_offset >= 0}
 
 
-def _end_offsets(admin, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-    from kafka import TopicPartition as KafkaTopicPartition
-    from kafka.admin import OffsetSpec
-
-    specs = {KafkaTopicPartition(t, p): OffsetSpec.LATEST for t, p in partitions}
-    if not specs:
-        return {}
-    return {(tp.topic, tp.partition): found.offset
-            for tp, found in admin.list_partition_offsets(specs).items()}

@@ -25,11 +25,22 @@ One trigger, as seen from here (``latestOffset(start, limit)``):
 
 Offsets are Spark's Kafka source JSON, ``{"topic": {"partition": next_offset}}``, holding the
 partitions this member read in that batch.
+
+Leaving the group on ``query.stop()``: Spark ends the planning process by closing its socket and
+sending it SIGTERM at once (measured on PySpark 4.3). Python's default SIGTERM action kills the
+process before PySpark's runner reaches ``stop()``, so the member stayed in the group until
+``kafka.session.timeout.ms`` passed and the other members waited that long for its partitions.
+Once this process has joined a group, SIGTERM instead unwinds the runner (``SystemExit``), whose
+``finally`` calls :meth:`KafkaStreamReader.stop`: LeaveGroup goes out, the group rebalances at
+once. Further SIGTERMs are ignored meanwhile, so that they cannot cut the LeaveGroup short; the
+LeaveGroup itself is bounded (:meth:`kafka_source.group.member.GroupMember.leave`).
 """
 
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 import time
 from typing import Iterator, Mapping
 
@@ -107,6 +118,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 load_assignor(self.options.group.assignor), manual_assignment=manual,
                 request_timeout_ms=int(config.get("request_timeout_ms", 30_000)),
                 retry_backoff_ms=int(config.get("retry_backoff_ms", 100)))
+            _exit_on_sigterm()
         return self._member
 
     # --- Spark's planning calls ---------------------------------------------------------------
@@ -344,3 +356,19 @@ def _now_ms() -> int:
 
 
 __all__ = ["KafkaStreamReader", "encode_offsets", "decode_offsets"]
+
+
+def _exit_on_sigterm() -> None:
+    """Make SIGTERM unwind this process (``SystemExit``) instead of killing it, so that the
+    runner's ``finally`` calls ``stop()`` and the member leaves the group (module docstring).
+    Only in the main thread (Python's rule for signal handlers) and only while SIGTERM has its
+    default action: a handler someone else installed is left alone."""
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def on_sigterm(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)   # the next one must not cut stop() short
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_sigterm)

@@ -1,7 +1,7 @@
 """Streaming reads as a consumer-group member, end to end through Spark, on the selected broker.
 
 Records are produced one per request: on the embedded broker ListOffsets(latest) is only exact
-for single-record batches (see DEVELOPERS.md), and these tests compare the group's committed
+for single-record batches (see ``kafka_source/testing/brokers.py``), and these tests compare the group's committed
 offsets with the log end. Session timeouts are small because the embedded broker holds a join
 for about half of it; a real Kafka broker refuses less than 6 s (group.min.session.timeout.ms).
 """
@@ -372,6 +372,35 @@ def test_idle_stream_keeps_membership_and_commits(spark, bootstrap_servers, grou
         assert query.exception() is None
     finally:
         query.stop()
+
+
+def test_stopped_query_leaves_the_group_at_once(spark, bootstrap_servers, tmp_path):
+    """query.stop() sends LeaveGroup: the group is Empty long before the session timeout.
+
+    Spark SIGTERMs the planning process right after closing its socket; without the reader's
+    SIGTERM handling the member stayed until the session timeout (measured: 20 s here)."""
+    session_ms = 20_000
+    topic = unique_topic_name("leave")
+    create_topic(bootstrap_servers, topic, partitions=2)
+    group = unique_topic_name("g-leave")
+    query = start_stream(spark, stream_options(
+        bootstrap_servers, topic, (session_ms, 1_000),
+        **{"kafka.group.id": group, "startingOffsets": "earliest"}), str(tmp_path / "ck"),
+        str(tmp_path / "out"), trigger="1 second")
+    try:
+        produce_counts(bootstrap_servers, topic, {0: 3, 1: 2})
+        sink = str(tmp_path / "out")
+        wait_until(lambda: len(sink_rows(spark, sink)) == 5, 90, "the query to read the records")
+        wait_until(lambda: committed(bootstrap_servers, group, topic) == {0: 3, 1: 2}, 60,
+                   "the query to commit")
+        assert describe_group(bootstrap_servers, group)[0] == "Stable"
+    finally:
+        query.stop()
+    stopped = time.monotonic()
+    wait_until(lambda: describe_group(bootstrap_servers, group)[0] == "Empty",
+               session_ms / 2000, "the group to be Empty after query.stop()")
+    assert time.monotonic() - stopped < session_ms / 1000
+    assert query.exception() is None
 
 
 def test_stream_option_errors_name_the_option(spark, bootstrap_servers, tmp_path):
