@@ -78,7 +78,8 @@ def member(member_id, client_id, partitions):
 def test_describe_decodes_assignments_and_asks_for_no_authorized_operations():
     client = FakeCoordinator((NO_ERROR, [member("b-2", "query-B", [("t", 2), ("t", 3)]),
                                          member("a-1", "query-A", [("t", 0), ("t", 1)])]))
-    state, assignor, members = status._describe(client, "g")
+    node, (state, assignor, members) = status._describe(client, "g")
+    assert node == 1   # the coordinator: OffsetFetch goes there next
     assert (state, assignor) == ("Stable", "range")
     assert [(m.client_id, m.partitions) for m in members] == [
         ("query-A", (("t", 0), ("t", 1))), ("query-B", (("t", 2), ("t", 3)))]
@@ -89,7 +90,7 @@ def test_describe_retries_while_the_coordinator_loads_or_is_unreachable(monkeypa
     monkeypatch.setattr(status.time, "sleep", lambda s: None)
     client = FakeCoordinator(COORDINATOR_LOADING, RetriableBrokerError("connection reset"),
                              (NO_ERROR, []))
-    assert status._describe(client, "g") == ("Stable", "range", [])
+    assert status._describe(client, "g") == (1, ("Stable", "range", []))
     assert len(client.sent) == 3
 
 
@@ -103,6 +104,42 @@ def test_describe_gives_up_after_the_request_timeout(monkeypatch):
 
 
 def test_a_group_that_does_not_exist_is_dead_and_a_refusal_is_an_error():
-    assert status._describe(FakeCoordinator(GROUP_ID_NOT_FOUND), "g") == ("Dead", "", [])
+    assert status._describe(FakeCoordinator(GROUP_ID_NOT_FOUND), "g") == (1, ("Dead", "", []))
     with pytest.raises(KafkaSourceError, match="GroupAuthorizationFailedError"):
         status._describe(FakeCoordinator(GROUP_AUTH_FAILED), "g")
+
+
+class FakeOffsets:
+    """Answers OffsetFetch like a coordinator of the given response version."""
+
+    def __init__(self, version, code, partitions):
+        self.version, self.code, self.partitions, self.sent = version, code, partitions, []
+
+    def send(self, node, request):
+        self.sent.append((node, request))
+        topics = {}
+        for (t, p), (offset, err) in self.partitions.items():
+            topics.setdefault(t, []).append(SimpleNamespace(partition_index=p,
+                                                            committed_offset=offset,
+                                                            error_code=err))
+        found = [SimpleNamespace(name=t, partitions=ps) for t, ps in topics.items()]
+        if self.version >= 8:
+            return SimpleNamespace(version=8, groups=[SimpleNamespace(error_code=self.code,
+                                                                      topics=found)])
+        return SimpleNamespace(version=self.version, error_code=self.code, topics=found)
+
+
+@pytest.mark.parametrize("version", [5, 8])
+def test_committed_asks_for_all_partitions_and_keeps_real_offsets(version):
+    client = FakeOffsets(version, NO_ERROR, {("t", 0): (7, 0), ("t", 1): (-1, 0),
+                                             ("u", 0): (3, 0), ("u", 1): (9, 3)})
+    assert status._committed(client, 4, "g") == {("t", 0): 7, ("u", 0): 3}
+    node, request = client.sent[0]
+    assert node == 4 and request.topics is None and request.groups[0].topics is None
+
+
+def test_committed_of_an_unknown_group_is_empty_and_a_refusal_is_an_error():
+    assert status._committed(FakeOffsets(8, GROUP_ID_NOT_FOUND, {}), 1, "g") == {}
+    with pytest.raises(KafkaSourceError, match="OffsetFetch for consumer group 'g' failed: "
+                                               "GroupAuthorizationFailedError"):
+        status._committed(FakeOffsets(5, GROUP_AUTH_FAILED, {}), 1, "g")
