@@ -31,7 +31,9 @@ def committed_group(bootstrap_servers, group_timeouts):
                              session_timeout_ms=session, heartbeat_interval_ms=heartbeat,
                              max_poll_interval_ms=60_000)
     try:
-        wait_until(lambda: consumer.poll(100) is not None and len(consumer.assignment()) == 3,
+        # Long polls: a poll that ends in the middle of a join (the embedded broker holds a
+        # JoinGroup for about half the session) can leave the consumer rejoining forever.
+        wait_until(lambda: consumer.poll(5_000) is not None and len(consumer.assignment()) == 3,
                    60, "the consumer's assignment")
         consumer.commit({TopicPartition(topic, 0): OffsetAndMetadata(10, "", -1),
                          TopicPartition(topic, 1): OffsetAndMetadata(4, "", -1)})
