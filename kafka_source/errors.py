@@ -29,3 +29,8 @@ class BrokerSecurityError(KafkaSourceError):
     """TLS or SASL with a broker failed in a way no retry can fix (an untrusted or misnamed
     certificate, rejected credentials, a mechanism the listener does not enable, ...). Raised on
     the first failed attempt, naming the option that fixes it; never contains a secret."""
+
+
+class ProduceError(KafkaSourceError):
+    """Records written to Kafka were not acknowledged: the message names the topic and
+    partition (and the broker's error), so a failed write task says what it could not write."""

@@ -1,0 +1,1 @@
+"""The write path: ``df.write`` / ``df.writeStream`` with ``format("pykafka")``."""
