@@ -30,7 +30,12 @@ What it does:
    the ``none`` workload (the issue's five workloads); ratios pykafka / JVM.
 6. Idle trigger: the driver-side cost of a micro-batch trigger with no new data
    (``latestOffset`` + ``partitions``), against 50 ms.
-7. Prints a table and PASS/FAIL lines for the targets, writes JSON to
+7. Write throughput (``write_bench.py``): pykafka's sink (``df.write.format("pykafka")``) at
+   ``local[2]`` against a plain confluent-kafka producer loop (plain and idempotent) and a
+   kafka-python producer loop, ``--records`` x ``--size`` B to a fresh ``--partitions`` topic per
+   run, codecs ``--write-codecs`` (none, lz4); every run's records counted from the topic's end
+   offsets. ``--only write`` runs just this part, ``--only read`` skips it.
+8. Prints a table and PASS/FAIL lines for the targets, writes JSON to
    ``benchmarks/results/<timestamp>.json`` (and ``--json PATH``).
 
 Exit status is non-zero only on a correctness failure (a reader returned the wrong number of
@@ -62,6 +67,7 @@ sys.path.insert(1, str(HERE))
 
 from procmon import ProcessMonitor  # noqa: E402
 import jvm_anchor  # noqa: E402
+import write_bench  # noqa: E402
 
 RATIO_TARGET = 1.0          # pykafka local[2] records/s over confluent-kafka's
 RATIO_CODECS = ("none", "lz4")
@@ -797,6 +803,24 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="client loops give up after this many seconds without progress "
                          "(default 300)")
     ap.add_argument("--json", metavar="PATH", help="also write the JSON report here")
+    ap.add_argument("--only", choices=("read", "write"), default=None,
+                    help="run only the read benchmarks or only the write benchmark "
+                         "(default: both)")
+    ap.add_argument("--writers", default=",".join(write_bench.WRITERS),
+                    help="write benchmark: comma-separated subset of pykafka, confluent-kafka, "
+                         "'confluent-kafka idempotent' (or confluent-kafka-idempotent), "
+                         "kafka-python (default: all)")
+    ap.add_argument("--write-codecs", default=",".join(write_bench.WRITE_CODECS),
+                    help="write benchmark: compression codecs (default none,lz4)")
+    ap.add_argument("--write-masters", default=",".join(write_bench.WRITE_MASTERS),
+                    help="write benchmark: Spark masters for pykafka (default local[2])")
+    ap.add_argument("--write-tasks", type=int, default=None,
+                    help="write benchmark: partitions of the DataFrame written (default: the "
+                         "session's default parallelism, one task per core)")
+    ap.add_argument("--write-keyed", action="store_true",
+                    help="write benchmark: keyed records (keys user-000000..user-099999)")
+    ap.add_argument("--write-option", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra pykafka sink option, repeatable (default: none)")
     args = ap.parse_args(argv)
     if args.records is None:
         args.records = 100_000 if args.quick else 1_000_000
@@ -812,6 +836,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     bad = set(args.readers) - {"pykafka", CONFLUENT, KAFKA_PYTHON}
     if bad:
         ap.error(f"unknown reader(s): {sorted(bad)}")
+    args.writers = [write_bench.WRITER_ALIASES.get(w.strip(), w.strip())
+                    for w in args.writers.split(",") if w.strip()]
+    bad = set(args.writers) - set(write_bench.WRITERS)
+    if bad:
+        ap.error(f"unknown writer(s): {sorted(bad)}; valid: {', '.join(write_bench.WRITERS)}")
+    args.write_codecs = [c.strip() for c in args.write_codecs.split(",") if c.strip()]
+    args.write_masters = [m.strip() for m in args.write_masters.split(",") if m.strip()]
+    args.write_options = dict(o.split("=", 1) for o in args.write_option)
+    if args.only == "write":          # nothing of the read benchmarks runs
+        args.readers, args.codecs = [], []
     if args.runs < 1 or args.records < 1 or args.size < 1 or args.partitions < 1:
         ap.error("--runs, --records, --size and --partitions must be >= 1")
     return args
@@ -839,7 +873,7 @@ def main(argv=None) -> int:
     failures: list[str] = []      # correctness: wrong counts, readers that fail
     errors: list[str] = []        # non-fatal: the idle-trigger measurement failed
     results: list[dict] = []
-    memory = idle = None
+    memory = idle = write = None
 
     def guarded(what: str, fn, *a, fatal: bool = True, **kw):
         """Run one measurement; a wrong count or a reader that fails is recorded and makes the
@@ -873,7 +907,9 @@ def main(argv=None) -> int:
     anchor = jvm_anchor.anchor_path() if args.jvm == "auto" and "pykafka" in args.readers \
         else None
     jvm_note = None
-    if args.jvm == "off":
+    if args.only == "write":
+        jvm_note = "not run (--only write)"
+    elif args.jvm == "off":
         jvm_note = "not run (--jvm off)"
     elif anchor is None:
         jvm_note = (f"not run: Spark's JVM Kafka source anchor is not on this machine "
@@ -964,17 +1000,30 @@ def main(argv=None) -> int:
             log("idle trigger ...")
             idle = guarded("idle trigger", idle_trigger, bootstrap, workloads[0].topic,
                            args.idle_calls, fatal=False)
+
+        if args.only != "read" and args.writers and args.write_codecs:
+            cfg = write_bench.WriteConfig(
+                records=args.records, size=args.size, partitions=args.partitions,
+                codecs=tuple(args.write_codecs), writers=tuple(args.writers),
+                masters=tuple(args.write_masters), runs=args.runs, warmups=args.warmups,
+                tasks=args.write_tasks, keyed=args.write_keyed, timeout_s=args.timeout,
+                options=args.write_options, fetch_hw=is_tansu)
+            write = guarded("write benchmark", write_bench.run_write_bench, cfg, bootstrap,
+                            start_spark)
+            if write:
+                failures.extend(write["failures"])
     finally:
         broker.stop()
 
     add_ratios(results)
     results = sort_results(results, args.codecs)
-    checks = targets(results, memory, idle, jvm_rows)
+    checks = targets(results, memory, idle, jvm_rows) + (write["targets"] if write else [])
     report.update({"results": results, "memory": memory, "idle_trigger": idle,
                    "vs_spark_jvm_kafka": {"rows": jvm_rows, "note": jvm_note,
                                           "anchor": str(anchor) if anchor else None,
                                           "master": ANCHOR_MASTER},
-                   "targets": checks, "correctness_failures": failures, "errors": errors,
+                   "write": write, "targets": checks, "correctness_failures": failures,
+                   "errors": errors,
                    "duration_s": round(time.time() - started, 1)})
 
     print()
@@ -984,12 +1033,13 @@ def main(argv=None) -> int:
     m = report["machine"]
     print(f"machine: {m.get('nproc')} CPUs ({m.get('cpu_model', '?')}), {m.get('ram_gb', '?')} GB"
           f" RAM, load {m.get('loadavg_at_start')}")
-    print(f"workloads: {args.records:,} records x {args.size} B, {args.partitions} partitions; "
-          f"median of {args.runs} runs after {args.warmups} warm-up; "
-          "query count(*), sum(length(value)); MB = 10^6 value bytes")
-    print()
-    print_table(results)
-    print()
+    if args.only != "write":
+        print(f"workloads: {args.records:,} records x {args.size} B, {args.partitions} "
+              f"partitions; median of {args.runs} runs after {args.warmups} warm-up; "
+              "query count(*), sum(length(value)); MB = 10^6 value bytes")
+        print()
+        print_table(results)
+        print()
     if "pykafka" in args.readers:
         print_jvm_table(jvm_rows, jvm_note)
         print()
@@ -1002,6 +1052,10 @@ def main(argv=None) -> int:
     if idle:
         print(f"idle trigger: median {idle['median_ms']:.2f} ms, p95 {idle['p95_ms']:.2f} ms "
               f"over {idle['calls']} calls (latestOffset + partitions, no new data)")
+    if write:
+        print()
+        write_bench.print_write_report(write)
+        print()
     for c in checks:
         print(f"{'PASS' if c['pass'] else 'FAIL'}  {c['target']}: {c['value']}")
     for e in errors:
