@@ -1,4 +1,5 @@
-"""Decompression of Kafka record batches and legacy wrapper messages.
+"""Compression and decompression of Kafka record batches (and decompression of legacy wrapper
+messages).
 
 Codec ids are those of the batch / message attributes (bits 0-2):
 
@@ -16,6 +17,12 @@ Codec ids are those of the batch / message attributes (bits 0-2):
 
 Every failure (unknown codec, truncated or garbled input) raises
 :class:`~kafka_source.errors.CorruptRecordError`.
+
+:func:`compress` writes what Kafka's Java producer writes, so that every reader accepts it: gzip
+members at the default level, snappy in xerial framing with 32 KiB blocks, LZ4 frames with
+independent 64 KiB blocks and no checksums or content size (``KafkaLZ4BlockOutputStream``), zstd
+frames at level 3 (the defaults of ``compression.gzip.level`` / ``compression.lz4.level`` /
+``compression.zstd.level``).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from ..errors import CorruptRecordError
 
 __all__ = [
     "CODEC_NONE", "CODEC_GZIP", "CODEC_SNAPPY", "CODEC_LZ4", "CODEC_ZSTD", "CODEC_NAMES",
-    "decompress", "xxh32",
+    "compress", "decompress", "xxh32",
 ]
 
 CODEC_NONE = 0
@@ -41,6 +48,54 @@ _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER_LEN = 16  # magic (8) + version int32 + compatible-version int32
 _LZ4_MAGIC = b"\x04\x22\x4d\x18"
 _INT32 = struct.Struct(">i")
+# xerial's SnappyOutputStream: magic, version 1, minimum compatible version 1, 32 KiB blocks
+_XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+_XERIAL_BLOCK = 32 * 1024
+_ZSTD_LEVEL = 3        # Java's compression.zstd.level default
+
+
+def compress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
+    """Compress ``data`` with Kafka codec id ``codec`` (1-4) the way Kafka's Java producer does.
+
+    ``data`` is the records section of a magic-2 batch; the result replaces it in the batch.
+    An unknown codec id raises ValueError.
+    """
+    if codec == CODEC_GZIP:
+        # One gzip member at zlib's default level (6), what GZIPOutputStream writes by default.
+        c = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, 31)
+        return c.compress(data) + c.flush()
+    if codec == CODEC_SNAPPY:
+        return _snappy_xerial(data)
+    if codec == CODEC_LZ4:
+        import lz4.frame
+
+        # Java's KafkaLZ4BlockOutputStream: independent blocks (its reader cannot follow linked
+        # ones), 64 KiB maximum block size, no block or content checksum, no content size.
+        return lz4.frame.compress(data, compression_level=0,
+                                  block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False,
+                                  content_checksum=False, block_checksum=False, store_size=False)
+    if codec == CODEC_ZSTD:
+        import zstandard
+
+        # A compressor per call: a ZstdCompressor must not be shared between threads.
+        return zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress(data)
+    if codec == CODEC_NONE:
+        return bytes(data)
+    raise ValueError(f"unknown compression codec id {codec} (valid: {sorted(CODEC_NAMES)})")
+
+
+def _snappy_xerial(data) -> bytes:
+    """Snappy in the xerial block framing of Java's ``SnappyOutputStream``: the 16-byte header,
+    then for every 32 KiB of input a big-endian int32 length and one raw snappy block."""
+    import cramjam
+
+    view = memoryview(data).cast("B")
+    out = [_XERIAL_HEADER]
+    for pos in range(0, len(view), _XERIAL_BLOCK):
+        block = bytes(cramjam.snappy.compress_raw(view[pos:pos + _XERIAL_BLOCK]))
+        out.append(_INT32.pack(len(block)))
+        out.append(block)
+    return b"".join(out)
 
 
 def decompress(codec: int, data: bytes | bytearray | memoryview, *, magic: int = 2) -> bytes:
