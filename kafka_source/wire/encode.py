@@ -78,7 +78,6 @@ _TRANSACTIONAL_BIT = 0x10
 COMPRESSION_TYPES = {name: codec for codec, name in CODEC_NAMES.items()}  # "none" -> 0, ...
 
 _INT32_MAX = (1 << 31) - 1
-_EMPTY = b""
 
 try:  # ICRAR's crc32c (a dependency): hardware CRC-32C that can continue a running value
     from crc32c import crc32c as _crc32c_update

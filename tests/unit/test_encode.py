@@ -39,8 +39,7 @@ CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 BIG = 1 << 62
 
-# A row: (key, value, headers); headers None = a null list, [] = an empty one (both: no headers)
-Row = tuple
+# A row is (key, value, headers); headers None = a null list, [] = an empty one (both: none)
 
 
 # -- building inputs ---------------------------------------------------------------------------

@@ -133,7 +133,8 @@ def test_matches_kafka_python(keys, n, cut):
 
 
 @settings(max_examples=100, deadline=None)
-@given(lengths=st.lists(st.integers(0, 300), min_size=1, max_size=40), seed=st.integers(0, 2**32 - 1))
+@given(lengths=st.lists(st.integers(0, 300), min_size=1, max_size=40),
+       seed=st.integers(0, 2**32 - 1))
 def test_mixed_long_keys(lengths, seed):
     # long and short keys together: lanes drop out of the block loop at different positions
     rng = np.random.default_rng(seed)
