@@ -821,6 +821,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="write benchmark: keyed records (keys user-000000..user-099999)")
     ap.add_argument("--write-option", action="append", default=[], metavar="KEY=VALUE",
                     help="extra pykafka sink option, repeatable (default: none)")
+    ap.add_argument("--write-verify", choices=("content", "count"), default="content",
+                    help="write benchmark: check each run by reading every record back "
+                         "(content, default) or only by the topic's end offsets (count)")
     args = ap.parse_args(argv)
     if args.records is None:
         args.records = 100_000 if args.quick else 1_000_000
@@ -1007,7 +1010,8 @@ def main(argv=None) -> int:
                 codecs=tuple(args.write_codecs), writers=tuple(args.writers),
                 masters=tuple(args.write_masters), runs=args.runs, warmups=args.warmups,
                 tasks=args.write_tasks, keyed=args.write_keyed, timeout_s=args.timeout,
-                options=args.write_options, fetch_hw=is_tansu)
+                options=args.write_options, fetch_hw=is_tansu,
+                verify_content=args.write_verify == "content")
             write = guarded("write benchmark", write_bench.run_write_bench, cfg, bootstrap,
                             start_spark)
             if write:

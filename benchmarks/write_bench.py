@@ -29,9 +29,11 @@ so a change in the machine's load during the benchmark hits all writers alike; e
 the 1-minute load average when it started. The median of the rounds is reported.
 
 Every run is checked: the topic's partitions must start at offset 0 and their end offsets must add
-up to exactly ``--records`` (a lost or duplicated record fails the run, and the benchmark's exit
-status). The JSON report also has each run's on-disk log size (DescribeLogDirs), which shows
-that the codec was applied and how well the writer batched.
+up to exactly ``--records``, and (unless ``--write-verify count``) every record is read back with
+confluent-kafka's consumer and the multiset of records compared with the payload (count, value
+bytes and a sum of CRC-32s): a record lost, duplicated or altered fails the run, and the
+benchmark's exit status. The report also has each run's on-disk log size (DescribeLogDirs),
+which shows that the codec was applied and how well the writer batched.
 
 Spark's JVM Kafka sink is not measured: the anchor (``../shared/anchors/spark-jvm-kafka``) only
 reads (``read.py`` has no write mode), and it is not ours to change.
@@ -49,6 +51,7 @@ import tempfile
 import time
 import traceback
 import uuid
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -194,6 +197,61 @@ def check_topic(bootstrap: str, topic: str, partitions: int, records: int, write
     return facts
 
 
+def fingerprint_of(values, keys) -> tuple[int, int, int]:
+    """(records, value bytes, sum of CRC-32 of each record's key and value mod 2**64): equal for
+    the same multiset of records, whatever their order and partitions."""
+    crc = zlib.crc32
+    total = nbytes = 0
+    if keys is None:
+        for v in values:
+            nbytes += len(v)
+            total += crc(v)
+    else:
+        for k, v in zip(keys, values):
+            nbytes += len(v)
+            total += crc(v, crc(k + b"\0"))
+    return len(values), nbytes, total % (1 << 64)
+
+
+def expected_fingerprint(cfg: "WriteConfig") -> tuple[int, int, int]:
+    values, keys = producer_payload(cfg.records, cfg.size, cfg.keyed)
+    return fingerprint_of(values, keys)
+
+
+def read_back(bootstrap: str, topic: str, ends: dict[int, int], keyed: bool,
+              timeout_s: float) -> tuple[int, int, int]:
+    """Every record of the topic (offsets 0 .. end-1 of each partition), read with
+    confluent-kafka's consumer; its fingerprint (:func:`fingerprint_of`). Gives up after
+    ``timeout_s`` without progress."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "pykafka-bench-verify",
+                         "enable.auto.commit": False, "enable.auto.offset.store": False,
+                         "queued.min.messages": 1_000_000})
+    crc = zlib.crc32
+    n = nbytes = total = 0
+    expected = sum(ends.values())
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p, end in ends.items() if end > 0])
+        last = time.monotonic()
+        while n < expected and time.monotonic() - last < timeout_s:
+            msgs = consumer.consume(num_messages=min(10_000, expected - n), timeout=1.0)
+            if msgs:
+                last = time.monotonic()
+            for m in msgs:
+                if m.error() is not None:
+                    raise WriteCorrectnessError(f"reading {topic} back: {m.error()}")
+                if m.offset() >= ends[m.partition()]:
+                    continue
+                v = m.value() or b""
+                n += 1
+                nbytes += len(v)
+                total += crc(v, crc((m.key() or b"") + b"\0")) if keyed else crc(v)
+    finally:
+        consumer.close()
+    return n, nbytes, total % (1 << 64)
+
+
 def delete_topic(bootstrap: str, topic: str) -> None:
     try:
         admin = _admin(bootstrap)
@@ -223,6 +281,8 @@ class WriteConfig:
     keyed: bool = False
     timeout_s: float = 300.0
     keep_topics: bool = False
+    verify_content: bool = True         # read every run's records back and compare them
+    expected: tuple | None = None       # fingerprint_of the payload (set by run_write_bench)
     fetch_hw: bool = False              # end offsets from fetch responses (embedded Tansu)
     options: dict = field(default_factory=dict)   # extra pykafka sink options
 
@@ -307,6 +367,7 @@ class Series:
     times: list[float] = field(default_factory=list)
     loads: list[float] = field(default_factory=list)
     log_bytes: list[int] = field(default_factory=list)
+    verify_s: list[float] = field(default_factory=list)
     rss: list[float] = field(default_factory=list)
     counts: dict = field(default_factory=dict)
     settings: dict = field(default_factory=dict)
@@ -327,6 +388,14 @@ def one_run(s: Series, bootstrap: str, cfg: WriteConfig, do_write) -> None:
         if facts["log_bytes"] is not None:
             s.log_bytes.append(facts["log_bytes"])
         s.counts = facts["ends"]
+        if cfg.verify_content:
+            t0 = time.perf_counter()
+            got = read_back(bootstrap, topic, facts["ends"], cfg.keyed, cfg.timeout_s)
+            if got != cfg.expected:
+                raise WriteCorrectnessError(
+                    f"{s.writer} to {topic}: read back (records, value bytes, CRC sum) {got}, "
+                    f"expected {cfg.expected}: the records are not the ones written")
+            s.verify_s.append(round(time.perf_counter() - t0, 2))
         if info.get("settings"):
             s.settings = info["settings"]
         if info.get("peak_rss_mb") is not None:
@@ -345,7 +414,8 @@ def summarize(s: Series, cfg: WriteConfig) -> dict:
            "runs_s": [round(t, 4) for t in s.times[cfg.warmups:]],
            "load_1m": s.loads[cfg.warmups:], "median_s": None, "records_per_s": None,
            "mb_per_s": None, "log_bytes_median": None, "partition_counts_last_run": s.counts,
-           "peak_rss_mb": round(max(s.rss), 1) if s.rss else None, "error": s.error, **s.extra}
+           "peak_rss_mb": round(max(s.rss), 1) if s.rss else None,
+           "content_verified_runs": len(s.verify_s), "error": s.error, **s.extra}
     measured = s.times[cfg.warmups:]
     if s.error is None and len(measured) == cfg.runs:
         median = statistics.median(measured)
@@ -366,6 +436,8 @@ def run_write_bench(cfg: WriteConfig, bootstrap: str, start_spark) -> dict:
     series: list[Series] = []
     clients = [w for w in cfg.writers if w != PYKAFKA]
     masters = list(cfg.masters) if PYKAFKA in cfg.writers else []
+    if cfg.verify_content:
+        cfg.expected = expected_fingerprint(cfg)
     tmp = tempfile.mkdtemp(prefix="pykafka-bench-write-")
 
     def attempt(s: Series, do_write) -> None:
