@@ -1,4 +1,4 @@
-"""The Spark data source ``pykafka``: schema and readers, built from the user's options."""
+"""The Spark data source ``pykafka``: schema, readers and writers, built from the user's options."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from .config.options import (_lower_keys, parse_batch_options, parse_bool, parse
 
 
 class KafkaDataSource(DataSource):
-    """Reads Kafka topics: ``spark.read.format("pykafka")`` / ``spark.readStream.format(...)``.
+    """Reads and writes Kafka topics: ``spark.read.format("pykafka")`` /
+    ``spark.readStream.format(...)``, ``df.write.format("pykafka")`` / ``df.writeStream...``.
 
-    Options and output schema are those of Spark's built-in ``format("kafka")`` source.
+    Options, schema and input columns are those of Spark's built-in ``format("kafka")``.
     """
 
     # Spark's default parallelism (the cores), for planning how many tasks to make. The planner
@@ -54,6 +55,18 @@ class KafkaDataSource(DataSource):
 
         return KafkaStreamReader(parse_stream_options(self.options),
                                  parallelism=self.default_parallelism)
+
+    def writer(self, schema: StructType, overwrite: bool):
+        """``df.write.format("pykafka").mode("append")``: see :mod:`kafka_source.write`."""
+        from .write.writer import make_writer
+
+        return make_writer(self.options, schema, overwrite, streaming=False)
+
+    def streamWriter(self, schema: StructType, overwrite: bool):
+        """``df.writeStream.format("pykafka")``: see :mod:`kafka_source.write`."""
+        from .write.writer import make_writer
+
+        return make_writer(self.options, schema, overwrite, streaming=True)
 
 
 def _default_parallelism(spark) -> int | None:

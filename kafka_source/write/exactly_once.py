@@ -1,0 +1,466 @@
+"""Exactly-once streaming writes: one Kafka transaction per task, committed by the driver.
+
+Why it works
+------------
+Spark runs micro-batch N's write tasks, then calls the sink's ``commit(messages, N)`` on the
+driver, then records N in the checkpoint's commit log. A retried task, a failed batch or a
+restarted query makes Spark write rows again; Kafka transactions make the first, failed write
+invisible to ``read_committed`` readers, and a *marker* makes sure a batch whose transactions
+were committed is not written again.
+
+Per task (partition p of batch N, on an executor)
+  1. The marker: consumer group ``{prefix}-{queryId}``. Its committed offset is the number of
+     batches whose commit was recorded (N + 1 once batch N's is). If it already covers N, batch
+     N was committed before the driver crashed and Spark re-runs it: the task writes nothing
+     and reports "skipped".
+  2. Else it writes everything in one transaction with the transactional id
+     ``{prefix}-{queryId}-{p}``, flushes, and returns the open transaction's handle
+     (transactional id, producer id, epoch). The id is stable per task slot, so a retried
+     attempt's InitProducerId fences the failed attempt and aborts its transaction at once.
+
+On the driver, ``commit(messages, N)``
+  1. Records the commit: OffsetCommit of the marker group, one partition of a topic written,
+     offset N + 1, and as metadata the handles, compactly (the transactional ids follow from
+     the prefix, query id and task numbers, so only task, producer id and epoch are stored).
+  2. Commits each transaction (EndTxn). A commit repeated on a committed transaction succeeds.
+  3. If the marker already covered N (a re-run after a crash anywhere between step 1 and
+     Spark's commit log): commits the handles stored in the marker again -- finishing what the
+     crashed driver began -- and aborts whatever the re-run wrote (normally nothing).
+  If a transaction cannot be committed because the broker aborted it (the batch took longer
+  than ``kafka.transaction.timeout.ms`` from its first record to the commit), the batch cannot
+  be made whole: the remaining transactions are aborted, the marker is set back to N so that a
+  restart writes batch N again, and the query fails saying so -- records of the transactions
+  already committed are then written twice, never lost.
+
+``abort(messages, N)`` aborts the transactions of the tasks that succeeded, and fences the task
+slots that failed (InitProducerId aborts their transactions now rather than at the timeout) --
+unless the marker shows that N's commit was recorded: then the transactions are left for the
+restart to commit.
+
+Limits
+  * Readers must use ``kafka.isolation.level=read_committed``.
+  * The marker's metadata must fit the broker's ``offset.metadata.max.bytes`` (4096 by
+    default): about 4 to 6 bytes per task that wrote records, i.e. several hundred tasks.
+  * Keep ``kafka.transactional.id`` (the prefix) unchanged across restarts of a query, and turn
+    speculative execution off (two attempts of a task fence each other and the batch fails).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+import zlib
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+
+import kafka.errors as Errors
+
+from ..errors import KafkaSourceError, ProduceError
+
+if TYPE_CHECKING:
+    from ..wire.client import BrokerClient
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+_MARKER_PREFIX = "pk1:"
+# Coordinator answers worth retrying while a group's coordinator starts or moves.
+_COORDINATOR_RETRY = (Errors.CoordinatorLoadInProgressError, Errors.CoordinatorNotAvailableError,
+                      Errors.NotCoordinatorError)
+
+
+class TransactionCommitError(ProduceError):
+    """The transactions of an exactly-once micro-batch could not all be committed."""
+
+
+def marker_group(prefix: str, query_id: str) -> str:
+    return f"{prefix}-{query_id}"
+
+
+def transactional_id(prefix: str, query_id: str, task: int) -> str:
+    return f"{prefix}-{query_id}-{task}"
+
+
+# --- the marker's metadata ----------------------------------------------------------------------
+
+def _uvarint(out: bytearray, value: int) -> None:
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return
+
+
+def _zigzag(value: int) -> int:
+    return (value << 1) if value >= 0 else ((-value << 1) - 1)
+
+
+def _unzigzag(value: int) -> int:
+    return (value >> 1) if not value & 1 else -((value + 1) >> 1)
+
+
+def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+
+
+def encode_marker(batch_id: int, entries: Iterable[tuple[int, int, int]]) -> str:
+    """The metadata of batch ``batch_id``'s marker: its (task, producer id, epoch) entries as
+    varint deltas (tasks ascend, producer ids and epochs are close to each other), deflated if
+    that is shorter, base64: a few bytes per task."""
+    raw = bytearray()
+    _uvarint(raw, batch_id)
+    prev_task, prev_pid, prev_epoch = -1, 0, 0
+    for task, pid, epoch in sorted(entries):
+        _uvarint(raw, task - prev_task - 1)
+        _uvarint(raw, _zigzag(pid - prev_pid))
+        _uvarint(raw, _zigzag(epoch - prev_epoch))
+        prev_task, prev_pid, prev_epoch = task, pid, epoch
+    packed = zlib.compress(bytes(raw), 9)
+    body = b"z" + packed if len(packed) < len(raw) else b"r" + bytes(raw)
+    return _MARKER_PREFIX + base64.b64encode(body).decode("ascii")
+
+
+def decode_marker(text: str) -> tuple[int, list[tuple[int, int, int]]]:
+    if not text or not text.startswith(_MARKER_PREFIX):
+        raise ValueError(f"not an exactly-once marker: {text[:40]!r}")
+    body = base64.b64decode(text[len(_MARKER_PREFIX):])
+    raw = zlib.decompress(body[1:]) if body[:1] == b"z" else body[1:]
+    batch_id, pos = _read_uvarint(raw, 0)
+    entries = []
+    task, pid, epoch = -1, 0, 0
+    while pos < len(raw):
+        delta, pos = _read_uvarint(raw, pos)
+        dpid, pos = _read_uvarint(raw, pos)
+        depoch, pos = _read_uvarint(raw, pos)
+        task, pid, epoch = task + delta + 1, pid + _unzigzag(dpid), epoch + _unzigzag(depoch)
+        entries.append((task, pid, epoch))
+    return batch_id, entries
+
+
+# --- the marker group -----------------------------------------------------------------------------
+
+class MarkerStore:
+    """OffsetFetch / OffsetCommit of the marker group at its coordinator, retried while the
+    coordinator loads or moves, within ``kafka.request.timeout.ms``."""
+
+    def __init__(self, client_config: Mapping[str, object], group: str):
+        from ..wire.client import BrokerClient
+
+        self.group = group
+        self.client = BrokerClient(client_config)
+        self._node = None
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> "MarkerStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _call(self, what: str, attempt):
+        from ..wire.client import RetriableBrokerError
+
+        timeout_ms = self.client.request_timeout_ms
+        deadline = time.monotonic() + timeout_ms / 1000
+        pause = 0.05
+        while True:
+            try:
+                if self._node is None:
+                    self._node = self.client.find_coordinator(self.group)
+                return attempt(self._node)
+            except RetriableBrokerError as exc:
+                self._node = None
+                last = exc
+            except Errors.GroupAuthorizationFailedError:
+                raise KafkaSourceError(
+                    f"Not authorized to use consumer group '{self.group}', which exactly-once "
+                    "writes use to record committed micro-batches: grant READ on groups with "
+                    "the prefix of 'kafka.transactional.id'.") from None
+            if time.monotonic() >= deadline:
+                raise KafkaSourceError(f"{what} for group '{self.group}' (the exactly-once "
+                                       f"marker) did not succeed within {timeout_ms} ms "
+                                       f"(kafka.request.timeout.ms): {last}")
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+
+    def fetch(self) -> dict[TopicPartition, tuple[int, str]]:
+        """Every committed offset of the group: (topic, partition) -> (offset, metadata)."""
+        from kafka.protocol.consumer import OffsetFetchRequest
+
+        G = OffsetFetchRequest.OffsetFetchRequestGroup
+        request = OffsetFetchRequest(group_id=self.group, topics=None,
+                                     groups=[G(group_id=self.group, topics=None)],
+                                     require_stable=True, max_version=8)
+
+        def attempt(node):
+            response = self.client.send(node, request)
+            if response.version >= 8:
+                code, topics = response.groups[0].error_code, response.groups[0].topics
+            else:
+                code, topics = response.error_code, response.topics
+            err = Errors.for_code(code)
+            if err is Errors.GroupIdNotFoundError:
+                return {}
+            self._check(err, "OffsetFetch")
+            result = {}
+            for t in topics:
+                for p in t.partitions:
+                    perr = Errors.for_code(p.error_code)
+                    if perr is Errors.UnknownTopicOrPartitionError:
+                        continue
+                    self._check(perr, "OffsetFetch")
+                    if p.committed_offset >= 0:
+                        result[(t.name, p.partition_index)] = (p.committed_offset,
+                                                               p.metadata or "")
+            return result
+
+        return self._call("OffsetFetch", attempt)
+
+    def commit(self, offsets: Mapping[TopicPartition, tuple[int, str]]) -> None:
+        """Commit ``offsets`` ((topic, partition) -> (offset, metadata)) outside any group
+        generation, as a consumer using assign() does."""
+        from kafka.protocol.consumer import OffsetCommitRequest
+
+        T = OffsetCommitRequest.OffsetCommitRequestTopic
+        P = T.OffsetCommitRequestPartition
+        by_topic: dict[str, list] = {}
+        for (topic, partition), (offset, metadata) in sorted(offsets.items()):
+            by_topic.setdefault(topic, []).append(P(
+                partition_index=partition, committed_offset=offset, committed_leader_epoch=-1,
+                commit_timestamp=-1, committed_metadata=metadata))
+        request = OffsetCommitRequest(
+            group_id=self.group, generation_id_or_member_epoch=-1, member_id="",
+            group_instance_id=None, retention_time_ms=-1,
+            topics=[T(name=t, partitions=ps) for t, ps in by_topic.items()], max_version=8)
+
+        def attempt(node):
+            response = self.client.send(node, request)
+            for t in response.topics:
+                for p in t.partitions:
+                    err = Errors.for_code(p.error_code)
+                    if err is Errors.OffsetMetadataTooLargeError:
+                        size = max(len(m) for _, m in offsets.values())
+                        raise TransactionCommitError(
+                            f"The exactly-once marker of this micro-batch ({size} bytes, listing "
+                            "the transaction of every task that wrote records) is larger than "
+                            "the broker allows (broker setting offset.metadata.max.bytes, 4096 "
+                            "by default): write with fewer tasks (coalesce or repartition the "
+                            "DataFrame before writeStream) or raise offset.metadata.max.bytes.")
+                    self._check(err, "OffsetCommit")
+            return True
+
+        self._call("OffsetCommit", attempt)
+
+    def _check(self, err, what: str) -> None:
+        from ..wire.client import RetriableBrokerError
+
+        if err is Errors.NoError:
+            return
+        if err in _COORDINATOR_RETRY or getattr(err, "retriable", False) \
+                or err is Errors.UnstableOffsetCommitError:
+            self._node = None
+            raise RetriableBrokerError(f"{what}: {err.__name__}")
+        if err is Errors.GroupAuthorizationFailedError:
+            raise err()
+        raise KafkaSourceError(f"{what} for group '{self.group}' (the exactly-once marker) "
+                               f"failed: {err.__name__} ({getattr(err, 'description', '')}).")
+
+    # --- what the offsets mean ----------------------------------------------------------------
+
+    def committed_batches(self, offsets=None) -> int:
+        """How many batches' commits were recorded: 1 + the last batch id, 0 if none."""
+        offsets = self.fetch() if offsets is None else offsets
+        return max((o for o, _ in offsets.values()), default=0)
+
+
+# --- executor side ------------------------------------------------------------------------------
+
+def write_exactly_once(options, columns, batches, *, query_id: str, batch_id: int, task: int,
+                       attempt: int):
+    """One exactly-once write task (see the module docstring). Returns a SinkCommitMessage."""
+    from .partitioner import partitions_for_keys
+    from .producer import Producer
+    from .task import SinkCommitMessage, acked_records, send_batches
+
+    prefix = options.transactional_id_prefix
+    with MarkerStore(options.client_config, marker_group(prefix, query_id)) as store:
+        done = store.committed_batches()
+    if done > batch_id:
+        log.info("Exactly-once batch %d was committed before the restart: task %d writes "
+                 "nothing.", batch_id, task)
+        for _ in batches:  # Spark feeds the rows anyway; take them and drop them
+            pass
+        return SinkCommitMessage(task=task, query_id=query_id, skipped=True)
+    # Creating the producer initialises the transactional id: that fences any earlier attempt
+    # of this task slot (a failed task, a run before a crash) and aborts its open transaction
+    # at once -- also when this attempt has nothing to write.
+    producer = Producer(options.client_config,
+                        options.transactional_settings(transactional_id(prefix, query_id, task)))
+    try:
+        send_batches(batches, producer, columns, options.topic, partitions_for_keys)
+        handle = producer.transaction()  # flushes
+        records = acked_records(producer)
+    finally:
+        producer.close()
+    if handle is not None and not handle.partitions:
+        handle = None  # nothing written: nothing to commit
+    return SinkCommitMessage(task=task, records=records, query_id=query_id, transaction=handle)
+
+
+# --- driver side --------------------------------------------------------------------------------
+
+def _written(messages) -> list:
+    """(task, handle) of every task that left a transaction to commit, by task."""
+    return sorted(((m.task, m.transaction) for m in messages
+                   if m is not None and m.transaction is not None), key=lambda e: e[0])
+
+
+def _query_id(messages) -> str | None:
+    for m in messages:
+        if m is not None and m.query_id:
+            return m.query_id
+    return None
+
+
+class _Ends:
+    """EndTxn through one connection set for all of a batch's transactions."""
+
+    def __init__(self, client: "BrokerClient"):
+        self.client = client
+
+    def end(self, options, handle, commit: bool) -> None:
+        from .producer import end_transaction
+
+        end_transaction(options.client_config, handle, commit, client=self.client)
+
+    def end_quietly(self, options, handle, commit: bool) -> None:
+        try:
+            self.end(options, handle, commit)
+        except Exception:  # noqa: BLE001 - best effort: the broker aborts it at the timeout
+            log.warning("Could not %s transaction '%s'", "commit" if commit else "abort",
+                        handle.transactional_id, exc_info=True)
+
+
+def commit_batch(options, messages: Sequence, batch_id: int) -> None:
+    """The driver's commit of exactly-once micro-batch ``batch_id`` (module docstring)."""
+    from .producer import TransactionHandle
+
+    query_id = _query_id(messages)
+    if query_id is None:
+        return  # no task ran
+    prefix = options.transactional_id_prefix
+    written = _written(messages)
+    with MarkerStore(options.client_config, marker_group(prefix, query_id)) as store:
+        ends = _Ends(store.client)
+        offsets = store.fetch()
+        if store.committed_batches(offsets) > batch_id:
+            # A re-run of a batch whose commit was recorded: finish that commit. What this run
+            # wrote (normally nothing: every task saw the marker) would be a duplicate.
+            for _, h in written:
+                ends.end_quietly(options, h, commit=False)
+            recorded = [(tp, m) for tp, (o, m) in offsets.items() if o == batch_id + 1]
+            if not recorded:
+                log.info("Exactly-once batch %d: committed before.", batch_id)
+                return
+            tp, text = recorded[0]
+            stored_batch, entries = decode_marker(text)
+            if stored_batch != batch_id:
+                raise TransactionCommitError(
+                    f"The exactly-once marker of group '{store.group}' is for batch "
+                    f"{stored_batch}, not {batch_id}: it was written by another query or "
+                    "another version of this one. Use a new checkpoint or another "
+                    "'kafka.transactional.id'.")
+            log.warning("Exactly-once batch %d was recorded as committed before a restart: "
+                        "completing the commit of its %d transaction(s).", batch_id,
+                        len(entries))
+            # EndTxn needs no partitions; a handle without any would be skipped as empty.
+            _end_all(options, ends, [
+                (task, TransactionHandle(transactional_id(prefix, query_id, task), pid, epoch,
+                                         (tp,)))
+                for task, pid, epoch in entries], store, batch_id)
+            return
+        if not written:
+            log.info("Exactly-once batch %d: no records written.", batch_id)
+            return
+        entries = [(task, h.producer_id, h.producer_epoch) for task, h in written]
+        topic = min(t for _, h in written for t, _ in h.partitions)
+        store.commit({(topic, 0): (batch_id + 1, encode_marker(batch_id, entries))})
+        _end_all(options, ends, written, store, batch_id)
+
+
+def _end_all(options, ends: _Ends, written, store: MarkerStore, batch_id: int) -> None:
+    """EndTxn(commit) every handle. If the broker aborted one (transaction timeout), abort the
+    rest, set the marker back to ``batch_id`` and fail: a restart writes the batch again."""
+    from .producer import TransactionFencedError
+
+    committed = 0
+    for i, (task, h) in enumerate(written):
+        try:
+            ends.end(options, h, commit=True)
+            committed += 1
+            continue
+        except TransactionFencedError as exc:
+            failed = exc
+        except Exception as exc:
+            raise TransactionCommitError(
+                f"Could not commit the transaction '{h.transactional_id}' of exactly-once "
+                f"batch {batch_id}: {exc} The batch is recorded as committed (group "
+                f"'{store.group}'): restarting the query completes its commit.") from exc
+        for _, rest in written[i + 1:]:
+            ends.end_quietly(options, rest, commit=False)
+        rewind = {tp: (batch_id, "") for tp, (o, _) in store.fetch().items() if o > batch_id}
+        if rewind:
+            store.commit(rewind)
+        raise TransactionCommitError(
+            f"Exactly-once batch {batch_id} could not be committed: the transaction "
+            f"'{h.transactional_id}' of task {task} can no longer be committed ({failed}) -- "
+            "most likely the broker aborted it because the batch took longer than "
+            "'kafka.transaction.timeout.ms' from its first record to its commit. "
+            f"{committed} of {len(written)} transaction(s) were committed before it; the batch "
+            "is written again when the query restarts, so their records will be in Kafka "
+            "twice (none is lost). Raise 'kafka.transaction.timeout.ms' (up to the broker's "
+            "transaction.max.timeout.ms) or make micro-batches smaller.") from failed
+    log.info("Exactly-once batch %d: committed %d transaction(s).", batch_id, committed)
+
+
+def abort_batch(options, messages: Sequence, batch_id: int) -> None:
+    """The driver's abort of exactly-once micro-batch ``batch_id`` (module docstring)."""
+    from .producer import abort_stale_transaction
+
+    query_id = _query_id(messages)
+    if query_id is None:
+        return  # no task got far enough to say which query it is: restarts fence the slots
+    prefix = options.transactional_id_prefix
+    with MarkerStore(options.client_config, marker_group(prefix, query_id)) as store:
+        if store.committed_batches() > batch_id:
+            log.warning("Exactly-once batch %d failed after its commit was recorded: its "
+                        "transactions are committed when the query restarts.", batch_id)
+            return
+        ends = _Ends(store.client)
+        for _, h in _written(messages):
+            ends.end_quietly(options, h, commit=False)
+        # Tasks that failed may have left a transaction open: fence their slots now, so that
+        # read_committed readers are not held up until the transaction timeout.
+        for task, m in enumerate(messages):
+            if m is None:
+                tid = transactional_id(prefix, query_id, task)
+                try:
+                    abort_stale_transaction(
+                        options.client_config, tid, store.client.request_timeout_ms,
+                        transaction_timeout_ms=options.producer.transaction_timeout_ms,
+                        client=store.client)
+                except Exception:  # noqa: BLE001
+                    log.warning("Could not fence transactional id '%s'", tid, exc_info=True)

@@ -1,0 +1,141 @@
+"""The Spark side of the sink: ``df.write`` and ``df.writeStream`` with ``format("pykafka")``.
+
+Spark makes the writer on the driver (in a Python worker), pickles it to the executors, calls
+``write(iterator of Arrow batches)`` once per task there, then ``commit`` (or ``abort``) on the
+driver with the tasks' messages. So the writer is made of plain values: the parsed options
+(:mod:`kafka_source.config.sink_options`) and which columns the DataFrame has
+(:mod:`.columns`), both checked when it is made, before any task runs -- as is the ``topic``
+option's topic, which must exist (the sink never creates topics).
+
+Batch writes and default streaming writes are at-least-once: a task returns only when Kafka
+acknowledged all it wrote, and a failed task is retried by Spark and writes its rows again.
+Streaming writes with ``exactlyOnce`` commit each micro-batch in Kafka transactions
+(:mod:`.exactly_once`).
+
+A streaming query's commit runs in a Python worker of its own with a writer made afresh for it
+(PySpark 4.3), so nothing is kept on the writer between ``write`` and ``commit``: what the
+commit needs travels in the commit messages.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterator, Mapping
+
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter
+
+from ..config.sink_options import SinkOptions, parse_sink_options
+from ..errors import OptionError
+from .columns import Columns, check_schema
+
+log = logging.getLogger(__name__)
+
+
+def _check_topic_exists(options: SinkOptions) -> None:
+    """TopicError now, on the driver, if the ``topic`` option names a topic that does not
+    exist (a bad topic then fails the query before any task runs)."""
+    if options.topic is None:
+        return
+    from ..wire.client import BrokerClient, Retries, readable_topic
+
+    with BrokerClient(options.client_config) as client:
+        infos = client.topic_metadata([options.topic],
+                                      Retries(window_ms=client.request_timeout_ms))
+        readable_topic(options.topic, infos.get(options.topic), client.bootstrap_servers)
+
+
+def make_writer(options: Mapping[str, str], schema, overwrite: bool, *, streaming: bool):
+    """The writer of ``DataSource.writer`` / ``streamWriter``; every check that needs no task."""
+    if overwrite and not streaming:
+        raise OptionError("Kafka topics can't be overwritten (mode 'overwrite'): records are only "
+                          "ever appended. Write with .mode(\"append\").")
+    parsed = parse_sink_options(options, streaming=streaming)
+    columns = check_schema(schema, parsed.topic)
+    _check_topic_exists(parsed)
+    if streaming:
+        # overwrite here is Spark's "complete" output mode: as in Spark's Kafka sink, every row
+        # of each micro-batch is appended (a topic can't be truncated).
+        return KafkaStreamWriter(parsed, columns)
+    return KafkaBatchWriter(parsed, columns)
+
+
+def _task_context():
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        raise RuntimeError("the Kafka writer's write() runs in a Spark task only")
+    return ctx
+
+
+def _log_totals(messages, what: str) -> None:
+    done = [m for m in messages if m is not None]
+    total = sum(getattr(m, "total", 0) for m in done)
+    log.info("%s: %d record(s) written by %d task(s).", what, total, len(done))
+
+
+class KafkaBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("pykafka").mode("append")``: at-least-once."""
+
+    def __init__(self, options: SinkOptions, columns: Columns):
+        self.options = options
+        self.columns = columns
+
+    def write(self, iterator: Iterator):
+        from .task import write_task
+
+        return write_task(self.options, self.columns, iterator, _task_context().partitionId())
+
+    def commit(self, messages) -> None:
+        _log_totals(messages, "Kafka write committed")
+
+    def abort(self, messages) -> None:
+        # Records are visible as soon as they are acknowledged: there is nothing to take back.
+        done = [m for m in messages if m is not None]
+        log.warning("Kafka write failed; %d task(s) had written %d record(s), which stay in "
+                    "Kafka (at-least-once).", len(done), sum(m.total for m in done))
+
+
+class KafkaStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("pykafka")``: at-least-once, or exactly-once with
+    ``exactlyOnce`` (Kafka transactions committed per micro-batch)."""
+
+    def __init__(self, options: SinkOptions, columns: Columns):
+        self.options = options
+        self.columns = columns
+
+    def write(self, iterator: Iterator):
+        ctx = _task_context()
+        if not self.options.exactly_once:
+            from .task import write_task
+
+            return write_task(self.options, self.columns, iterator, ctx.partitionId())
+        from .exactly_once import write_exactly_once
+
+        query_id = ctx.getLocalProperty("sql.streaming.queryId")
+        batch_id = ctx.getLocalProperty("streaming.sql.batchId")
+        if not query_id or batch_id is None:
+            raise RuntimeError("exactly-once Kafka write: Spark did not give the task its "
+                               "streaming query id and batch id (task local properties "
+                               "'sql.streaming.queryId', 'streaming.sql.batchId')")
+        return write_exactly_once(self.options, self.columns, iterator, query_id=query_id,
+                                  batch_id=int(batch_id), task=ctx.partitionId(),
+                                  attempt=ctx.attemptNumber())
+
+    def commit(self, messages, batchId: int) -> None:
+        if self.options.exactly_once:
+            from .exactly_once import commit_batch
+
+            commit_batch(self.options, messages, batchId)
+        _log_totals(messages, f"Kafka micro-batch {batchId} committed")
+
+    def abort(self, messages, batchId: int) -> None:
+        if self.options.exactly_once:
+            from .exactly_once import abort_batch
+
+            abort_batch(self.options, messages, batchId)
+        else:
+            done = [m for m in messages if m is not None]
+            log.warning("Kafka micro-batch %d failed; %d task(s) had written %d record(s), "
+                        "which stay in Kafka (at-least-once).", batchId, len(done),
+                        sum(m.total for m in done))

@@ -1,0 +1,367 @@
+"""The sink against a real broker: ``df.write`` / ``df.writeStream`` with ``format("pykafka")``.
+
+Everything written is read back with kafka-python's consumer (not with this package's source),
+record by record: topic, partition, key, value, headers. Keyed records must be on the partition
+kafka-python's DefaultPartitioner (murmur2, as Java's) picks. Exactly-once writes are read with
+``isolation_level=read_committed`` and must show every record once, although the broker holds
+aborted records of failed attempts too (checked with a read_uncommitted consumer). Transactions
+and read_committed need real Kafka: those tests skip on the embedded broker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.partitioner.default import murmur2
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StructField, StructType
+
+from kafka_source.config.sink_options import parse_sink_options
+from kafka_source.schema import HEADER_TYPE
+from kafka_source.testing import create_topic, unique_topic_name
+from kafka_source.write.columns import Columns
+from kafka_source.write.exactly_once import (MarkerStore, abort_batch, commit_batch,
+                                             encode_marker, marker_group, transactional_id,
+                                             write_exactly_once)
+from kafka_source.write.producer import abort_stale_transaction
+
+from .sink_retry_job import padded
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+SCHEMA = StructType([StructField("key", BinaryType()), StructField("value", BinaryType()),
+                     StructField("partition", IntegerType()),
+                     StructField("headers", ArrayType(HEADER_TYPE))])
+
+
+def read_back(bootstrap: str, topic: str, *, committed_only: bool = False) -> list:
+    """Every record of ``topic`` (all partitions, from the beginning up to the end offsets),
+    ``read_committed`` if asked."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                             isolation_level="read_committed" if committed_only
+                             else "read_uncommitted")
+    try:
+        partitions = consumer.partitions_for_topic(topic)
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        end = consumer.end_offsets(tps)
+        records = []
+        deadline = time.monotonic() + 60
+        while any(consumer.position(tp) < end[tp] for tp in tps):
+            assert time.monotonic() < deadline, f"could not read {topic} up to {end}"
+            for batch in consumer.poll(timeout_ms=500).values():
+                records.extend(batch)
+        return records
+    finally:
+        consumer.close()
+
+
+def default_partition(key: bytes, partitions: int) -> int:
+    """kafka-python's DefaultPartitioner for a keyed record (Java's rule)."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def writer(df, bootstrap, **options):
+    w = df.write.format("pykafka").mode("append").option("kafka.bootstrap.servers", bootstrap)
+    for k, v in options.items():
+        w = w.option(k, v)
+    return w
+
+
+def error_text(exc_info) -> str:
+    return str(exc_info.value)
+
+
+# --- batch writes -------------------------------------------------------------------------------
+
+def test_keys_tombstones_headers_and_explicit_partitions(spark, bootstrap_servers):
+    topic = unique_topic_name("sink-rows")
+    create_topic(bootstrap_servers, topic, 3)
+    rows = [
+        (b"k1", b"v1", None, [("h1", b"x"), ("h2", None)]),
+        (None, b"unkeyed", None, None),
+        (b"k2", None, None, []),                      # tombstone
+        (None, None, 2, None),                        # null key and value, explicit partition
+        (b"k3", b"pinned", 0, [("h", b"")]),          # explicit partition beats the key
+    ]
+    df = spark.createDataFrame(rows, SCHEMA)
+    writer(df, bootstrap_servers, topic=topic).save()
+
+    got = read_back(bootstrap_servers, topic)
+    assert len(got) == 5
+    by_value = {r.value: r for r in got}
+    assert set(by_value) == {b"v1", b"unkeyed", None, b"pinned"} and \
+        Counter(r.value for r in got)[None] == 2
+    assert by_value[b"v1"].key == b"k1"
+    assert by_value[b"v1"].partition == default_partition(b"k1", 3)
+    assert by_value[b"v1"].headers == [("h1", b"x"), ("h2", None)]
+    assert by_value[b"unkeyed"].key is None and by_value[b"unkeyed"].headers == []
+    nulls = {r.key: r for r in got if r.value is None}
+    assert nulls[b"k2"].partition == default_partition(b"k2", 3)
+    assert nulls[None].partition == 2
+    assert by_value[b"pinned"].partition == 0 and by_value[b"pinned"].headers == [("h", b"")]
+
+
+def test_keyed_rows_land_where_the_default_partitioner_puts_them(spark, bootstrap_servers):
+    topic = unique_topic_name("sink-keyed")
+    create_topic(bootstrap_servers, topic, 7)
+    df = spark.range(2000).selectExpr("CONCAT('key-', CAST(id AS STRING)) AS key",
+                                      "CAST(id AS STRING) AS value")
+    writer(df, bootstrap_servers, topic=topic).save()
+    got = read_back(bootstrap_servers, topic)
+    assert sorted(int(r.value) for r in got) == list(range(2000))
+    wrong = [(r.key, r.partition) for r in got if r.partition != default_partition(r.key, 7)]
+    assert not wrong
+    assert all(r.key == b"key-" + r.value for r in got)
+
+
+def test_unkeyed_rows_spread_over_all_partitions(spark, bootstrap_servers):
+    topic = unique_topic_name("sink-spread")
+    create_topic(bootstrap_servers, topic, 5)
+    df = spark.range(0, 1000, 1, 2).selectExpr("CAST(id AS STRING) AS value")
+    writer(df, bootstrap_servers, topic=topic).save()
+    counts = Counter(r.partition for r in read_back(bootstrap_servers, topic))
+    assert sorted(counts) == [0, 1, 2, 3, 4] and sum(counts.values()) == 1000
+    # round robin in each of the 2 tasks: each partition within 2 of the others
+    assert max(counts.values()) - min(counts.values()) <= 2, counts
+
+
+def test_topic_column_routes_rows_and_the_option_overrides_it(spark, bootstrap_servers):
+    a, b, c = (unique_topic_name(f"sink-route-{x}") for x in "abc")
+    for t, n in ((a, 2), (b, 3), (c, 1)):
+        create_topic(bootstrap_servers, t, n)
+    df = spark.createDataFrame([(a, "1"), (b, "2"), (a, "3"), (b, "4"), (b, "5")],
+                               "topic string, value string")
+    writer(df, bootstrap_servers).save()
+    assert sorted(r.value for r in read_back(bootstrap_servers, a)) == [b"1", b"3"]
+    assert sorted(r.value for r in read_back(bootstrap_servers, b)) == [b"2", b"4", b"5"]
+    writer(df, bootstrap_servers, topic=c).save()
+    assert sorted(r.value for r in read_back(bootstrap_servers, c)) == [b"1", b"2", b"3",
+                                                                        b"4", b"5"]
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_every_codec(spark, bootstrap_servers, codec):
+    topic = unique_topic_name(f"sink-{codec}")
+    create_topic(bootstrap_servers, topic, 2)
+    df = spark.range(300).selectExpr("CAST(id % 10 AS STRING) AS key",
+                                     "REPEAT(CAST(id AS STRING), 20) AS value")
+    writer(df, bootstrap_servers, topic=topic, **{"kafka.compression.type": codec}).save()
+    got = read_back(bootstrap_servers, topic)
+    assert sorted(r.value for r in got) == sorted(str(i).encode() * 20 for i in range(300))
+
+
+# --- bad input ----------------------------------------------------------------------------------
+
+def test_bad_columns_fail_before_any_task(spark, bootstrap_servers):
+    topic = unique_topic_name("sink-bad")
+    create_topic(bootstrap_servers, topic, 1)
+    with pytest.raises(Exception) as info:
+        writer(spark.range(3).selectExpr("CAST(id AS STRING) AS key"), bootstrap_servers,
+               topic=topic).save()
+    assert "needs a 'value' column" in error_text(info)
+    with pytest.raises(Exception) as info:
+        writer(spark.range(3).selectExpr("id AS value"), bootstrap_servers, topic=topic).save()
+    assert "Column 'value' has type bigint; it must be string or binary" in error_text(info)
+    with pytest.raises(Exception) as info:
+        writer(spark.range(3).selectExpr("'x' AS value", "CAST(id AS BIGINT) AS partition"),
+               bootstrap_servers, topic=topic).save()
+    assert "Column 'partition' has type bigint; it must be int" in error_text(info)
+    with pytest.raises(Exception) as info:
+        writer(spark.range(3).selectExpr("'x' AS value"), bootstrap_servers).save()
+    assert "No topic to write to" in error_text(info)
+    assert read_back(bootstrap_servers, topic) == []
+
+
+def test_unknown_topic_and_overwrite_rejected(spark, bootstrap_servers):
+    df = spark.range(3).selectExpr("CAST(id AS STRING) AS value")
+    missing = unique_topic_name("sink-missing")
+    with pytest.raises(Exception) as info:
+        writer(df, bootstrap_servers, topic=missing).save()
+    assert f"Topic '{missing}' does not exist" in error_text(info)
+    # from the topic column: found by the task, and not created either
+    with pytest.raises(Exception) as info:
+        writer(df.selectExpr("value", f"'{missing}' AS topic"), bootstrap_servers).save()
+    assert f"'{missing}'" in error_text(info) and "does not exist" in error_text(info)
+    with pytest.raises(Exception) as info:
+        df.write.format("pykafka").mode("overwrite") \
+            .option("kafka.bootstrap.servers", bootstrap_servers).option("topic", missing).save()
+    assert "can't be overwritten" in error_text(info) and 'mode("append")' in error_text(info)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers)
+    try:
+        assert missing not in consumer.topics()
+    finally:
+        consumer.close()
+
+
+def test_bad_rows_fail_the_task_naming_what_is_wrong(spark, bootstrap_servers):
+    topic = unique_topic_name("sink-badrow")
+    create_topic(bootstrap_servers, topic, 2)
+    big = spark.range(1).selectExpr("REPEAT('x', 3000) AS value")
+    with pytest.raises(Exception) as info:
+        writer(big, bootstrap_servers, topic=topic, **{"kafka.max.request.size": "2000"}).save()
+    text = error_text(info)
+    assert topic in text and "kafka.max.request.size" in text
+    with pytest.raises(Exception) as info:
+        writer(spark.range(1).selectExpr("'x' AS value", "5 AS partition"), bootstrap_servers,
+               topic=topic).save()
+    assert f"topic '{topic}' has 2 partitions" in error_text(info)
+    with pytest.raises(Exception) as info:
+        writer(spark.createDataFrame([("x", None)], "value string, topic string"),
+               bootstrap_servers).save()
+    assert "Column 'topic' is null in row 0" in error_text(info)
+
+
+# --- streaming ----------------------------------------------------------------------------------
+
+def _produce(bootstrap: str, topic: str, values, pad: bool = False) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    for v in values:
+        producer.send(topic, key=v.encode(), value=padded(v) if pad else v.encode())
+    producer.flush()
+    producer.close()
+
+
+def _copy(spark, bootstrap, source, out, checkpoint, **sink_options):
+    stream = (spark.readStream.format("pykafka").option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", source).option("startingOffsets", "earliest")
+              .option("maxOffsetsPerTrigger", "60").load().select("key", "value"))
+    w = (stream.writeStream.format("pykafka").option("kafka.bootstrap.servers", bootstrap)
+         .option("topic", out).option("checkpointLocation", checkpoint))
+    for k, v in sink_options.items():
+        w = w.option(k, v)
+    query = w.trigger(availableNow=True).start()
+    assert query.awaitTermination(180), "the stream did not finish"
+    assert query.exception() is None, query.exception()
+    return [p["numInputRows"] for p in query.recentProgress]
+
+
+def test_stream_topic_to_topic_with_checkpoint_restart(spark, bootstrap_servers, tmp_path):
+    source, out = unique_topic_name("sink-src"), unique_topic_name("sink-copy")
+    create_topic(bootstrap_servers, source, 2)
+    create_topic(bootstrap_servers, out, 3)
+    first = [f"a{i}" for i in range(100)]
+    _produce(bootstrap_servers, source, first)
+    checkpoint = str(tmp_path / "checkpoint")
+    assert sum(_copy(spark, bootstrap_servers, source, out, checkpoint)) == 100
+    assert sorted(r.value.decode() for r in read_back(bootstrap_servers, out)) == sorted(first)
+    more = [f"b{i}" for i in range(50)]
+    _produce(bootstrap_servers, source, more)
+    assert sum(_copy(spark, bootstrap_servers, source, out, checkpoint)) == 50
+    got = read_back(bootstrap_servers, out)
+    assert sorted(r.value.decode() for r in got) == sorted(first + more)
+    assert all(r.partition == default_partition(r.key, 3) for r in got)
+
+
+# --- exactly-once -------------------------------------------------------------------------------
+
+@pytest.mark.skip_on_embedded("transactions and read_committed need real Kafka")
+def test_exactly_once_with_a_killed_task_a_restart_and_a_lost_commit_log(bootstrap_servers,
+                                                                         tmp_path):
+    source, out = unique_topic_name("sink-eos-src"), unique_topic_name("sink-eos")
+    create_topic(bootstrap_servers, source, 2)
+    create_topic(bootstrap_servers, out, 3)
+    first = [f"a{i}" for i in range(1000)]
+    _produce(bootstrap_servers, source, first, pad=True)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+           "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+           "SPARK_LOCAL_IP": "127.0.0.1"}
+    job = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("sink_retry_job.py")),
+         "--master", "local[2,2]", "--bootstrap", bootstrap_servers, "--source", source,
+         "--out", out, "--work", str(tmp_path), "--more", "300"],
+        env=env, capture_output=True, text=True, timeout=480)
+    log = job.stdout + job.stderr
+    assert job.returncode == 0, log[-6000:]
+    phases = {p["phase"]: p for p in (json.loads(line[4:]) for line in job.stdout.splitlines()
+                                      if line.startswith("JOB "))}
+    assert sum(phases["killed task"]["rows"]) == 1000
+    assert sum(phases["restart"]["rows"]) == 300
+    assert sum(phases["commit log lost"]["rows"]) > 0   # the last micro-batch ran again
+    # The task was killed once, in its first attempt, and Spark retried it.
+    lost = [line for line in log.splitlines()
+            if "Lost task" in line and "Python worker exited unexpectedly" in line]
+    assert len(lost) == 1, lost or log[-6000:]
+
+    expected = Counter(first + [f"more-{i}" for i in range(300)])
+    committed = read_back(bootstrap_servers, out, committed_only=True)
+    assert Counter(r.value.split(b":")[0].decode() for r in committed) == expected
+    # The killed attempt had written records: they are in the log, aborted.
+    assert len(read_back(bootstrap_servers, out)) > sum(expected.values())
+
+
+def _eos_options(bootstrap, topic, **extra):
+    return parse_sink_options({"kafka.bootstrap.servers": bootstrap, "topic": topic,
+                               "exactlyOnce": "true", "kafka.transactional.id": "pykafka-test",
+                               **extra})
+
+
+def _task(options, query_id, batch_id, task, values):
+    batch = pa.record_batch({"value": pa.array(values, pa.binary())})
+    return write_exactly_once(options, Columns(), iter([batch]), query_id=query_id,
+                              batch_id=batch_id, task=task, attempt=0)
+
+
+@pytest.mark.skip_on_embedded("transactions and read_committed need real Kafka")
+def test_exactly_once_commit_recovers_after_a_crash_between_marker_and_end_txn(
+        bootstrap_servers):
+    topic = unique_topic_name("sink-eos-marker")
+    create_topic(bootstrap_servers, topic, 2)
+    options = _eos_options(bootstrap_servers, topic)
+    query = str(uuid.uuid4())
+    messages = [_task(options, query, 0, t, [b"t%d-%d" % (t, i) for i in range(5)])
+                for t in range(2)]
+    assert all(m.transaction is not None and m.total == 5 for m in messages)
+    # The driver recorded the commit, then crashed before any EndTxn.
+    entries = [(m.task, m.transaction.producer_id, m.transaction.producer_epoch)
+               for m in messages]
+    with MarkerStore(options.client_config, marker_group("pykafka-test", query)) as store:
+        store.commit({(topic, 0): (1, encode_marker(0, entries))})
+    assert read_back(bootstrap_servers, topic, committed_only=True) == []
+    # The restart runs batch 0 again: the tasks see the marker and write nothing...
+    again = [_task(options, query, 0, t, [b"dup"]) for t in range(2)]
+    assert all(m.skipped and m.transaction is None for m in again)
+    # ...and the driver completes the recorded commit.
+    commit_batch(options, again, 0)
+    got = sorted(r.value for r in read_back(bootstrap_servers, topic, committed_only=True))
+    assert got == sorted(b"t%d-%d" % (t, i) for t in range(2) for i in range(5))
+    commit_batch(options, again, 0)  # once more: committing a committed batch changes nothing
+    assert len(read_back(bootstrap_servers, topic, committed_only=True)) == 10
+
+    # Batch 1 fails: abort() takes back what the tasks wrote; a slot whose task failed is fenced.
+    done = _task(options, query, 1, 0, [b"aborted"])
+    abort_batch(options, [done, None], 1)
+    assert len(read_back(bootstrap_servers, topic, committed_only=True)) == 10
+    with MarkerStore(options.client_config, marker_group("pykafka-test", query)) as store:
+        assert store.committed_batches() == 1
+
+
+@pytest.mark.skip_on_embedded("transactions and read_committed need real Kafka")
+def test_exactly_once_batch_whose_transaction_the_broker_aborted_is_rewritten(
+        bootstrap_servers):
+    topic = unique_topic_name("sink-eos-fenced")
+    create_topic(bootstrap_servers, topic, 1)
+    options = _eos_options(bootstrap_servers, topic)
+    query = str(uuid.uuid4())
+    messages = [_task(options, query, 4, t, [b"x%d" % t]) for t in range(3)]
+    # What the coordinator does to a transaction open longer than its timeout: fence and abort.
+    abort_stale_transaction(options.client_config, transactional_id("pykafka-test", query, 1),
+                            10_000)
+    with pytest.raises(Exception) as info:
+        commit_batch(options, messages, 4)
+    text = str(info.value)
+    assert "batch 4 could not be committed" in text and "task 1" in text
+    assert "1 of 3 transaction(s) were committed" in text
+    with MarkerStore(options.client_config, marker_group("pykafka-test", query)) as store:
+        assert store.committed_batches() == 4   # set back: a restart writes batch 4 again
+    assert [r.value for r in read_back(bootstrap_servers, topic, committed_only=True)] == [b"x0"]

@@ -1,0 +1,239 @@
+"""The sink's column checks, partition choice and task loop, without a broker.
+
+Column rules are Spark's Kafka sink's (KafkaWriter.validateQuery): ``value`` required and
+string/binary, ``key`` string/binary, ``topic`` string unless the option is set, ``partition``
+int, ``headers`` array<struct<key:string,value:binary>>; other columns ignored.
+"""
+
+from __future__ import annotations
+
+import pickle
+import random
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType,
+                               StructField, StructType, TimestampType)
+
+from kafka_source.errors import TopicError
+from kafka_source.schema import HEADER_TYPE, spark_schema
+from kafka_source.write.columns import (ColumnError, Columns, as_binary, check_schema,
+                                        normalize_headers)
+from kafka_source.write.routing import Spreader, choose_partitions, split_by_topic
+from kafka_source.write.task import SinkCommitMessage, send_batches
+
+
+def schema(**cols) -> StructType:
+    return StructType([StructField(n, t, True) for n, t in cols.items()])
+
+
+HEADERS = ArrayType(HEADER_TYPE, True)
+
+
+# --- schema checks ------------------------------------------------------------------------------
+
+def test_all_columns_found():
+    c = check_schema(schema(key=BinaryType(), value=StringType(), topic=StringType(),
+                            partition=IntegerType(), headers=HEADERS), None)
+    assert c == Columns(value="value", key="key", topic="topic", partition="partition",
+                        headers="headers")
+
+
+def test_topic_option_overrides_and_skips_the_column():
+    # As in Spark, the column is not even looked at when the option is set (any type).
+    c = check_schema(schema(value=BinaryType(), topic=IntegerType()), "t")
+    assert c.topic is None and c.key is None and c.partition is None and c.headers is None
+
+
+def test_the_source_schema_can_be_written_back():
+    # offset, timestamp, timestampType are extra columns: ignored, as Spark does.
+    c = check_schema(spark_schema(include_headers=True), None)
+    assert (c.key, c.topic, c.partition, c.headers) == ("key", "topic", "partition", "headers")
+
+
+def test_timestamp_column_is_ignored_with_a_warning(caplog):
+    check_schema(schema(value=BinaryType(), timestamp=TimestampType()), "t")
+    assert "Column 'timestamp' is ignored" in caplog.text
+
+
+def error(s: StructType, topic="t") -> str:
+    with pytest.raises(ColumnError) as info:
+        check_schema(s, topic)
+    return str(info.value)
+
+
+def test_value_required():
+    msg = error(schema(key=BinaryType()))
+    assert "'value' column" in msg and "key" in msg
+    assert "'VALUE'" in error(schema(VALUE=BinaryType())) and "case-sensitive" in \
+        error(schema(VALUE=BinaryType()))
+
+
+@pytest.mark.parametrize("name,dtype,shown,accepted", [
+    ("value", IntegerType(), "int", "string or binary"),
+    ("key", LongType(), "bigint", "string or binary"),
+    ("partition", LongType(), "bigint", "int"),
+    ("partition", StringType(), "string", "int"),
+    ("headers", ArrayType(StringType()), "array<string>", "array<struct<key:string,value:binary>>"),
+    ("headers", ArrayType(StructType([StructField("key", StringType()),
+                                      StructField("value", StringType())])),
+     "array<struct<key:string,value:string>>", "array<struct<key:string,value:binary>>"),
+])
+def test_wrong_types_name_column_type_and_accepted(name, dtype, shown, accepted):
+    cols = {"value": BinaryType()}
+    cols[name] = dtype
+    msg = error(schema(**cols))
+    assert f"Column '{name}' has type {shown}" in msg and accepted in msg
+
+
+def test_topic_column_type_and_missing_topic():
+    assert "Column 'topic' has type int" in error(schema(value=BinaryType(),
+                                                         topic=IntegerType()), None)
+    msg = error(schema(value=BinaryType()), None)
+    assert "option 'topic'" in msg and "'topic' column" in msg
+
+
+def test_duplicate_names_use_the_first_column_as_spark():
+    s = StructType([StructField("value", BinaryType()), StructField("value", IntegerType())])
+    assert check_schema(s, "t").value == "value"
+
+
+# --- Arrow columns ------------------------------------------------------------------------------
+
+def test_strings_become_binary_without_copy():
+    a = pa.array(["a", None, "ccc"])
+    b = as_binary(a)
+    assert b.type == pa.binary() and b.to_pylist() == [b"a", None, b"ccc"]
+    assert b.buffers()[2].address == a.buffers()[2].address
+    big = as_binary(pa.array(["x"], pa.large_string()))
+    assert big.type == pa.large_binary()
+    raw = pa.array([b"k"])
+    assert as_binary(raw) is raw
+
+
+def test_headers_normalized():
+    canonical = pa.array([[{"key": "a", "value": b"1"}], None, []],
+                         pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))
+    assert normalize_headers(canonical) is canonical
+    renamed = canonical.view(pa.list_(pa.struct([("Key", pa.string()), ("VALUE", pa.binary())])))
+    assert normalize_headers(renamed).equals(canonical)
+    assert normalize_headers(canonical.slice(1)).equals(canonical.slice(1))
+    assert normalize_headers(renamed.slice(1)).to_pylist() == [None, []]
+    large = canonical.cast(pa.large_list(pa.struct([("key", pa.large_string()),
+                                                    ("value", pa.large_binary())])))
+    assert normalize_headers(large).equals(canonical)
+
+
+# --- partition choice ---------------------------------------------------------------------------
+
+def fake_hash(keys, n):
+    """Stands for murmur2: the first byte of the key mod n; -1 for a null key."""
+    return np.array([-1 if k is None else k[0] % n for k in keys.to_pylist()], dtype=np.int32)
+
+
+def test_explicit_partition_wins_then_key_then_spread():
+    keys = pa.array([b"\x05", b"\x05", None, None, b"\x07"])
+    explicit = pa.array([2, None, 1, None, None], pa.int32())
+    sp = Spreader(random.Random(0))
+    parts = choose_partitions("t", 4, keys, explicit, sp, fake_hash)
+    assert parts.dtype == np.int32
+    assert parts[0] == 2           # explicit, although the key says 1
+    assert parts[1] == 1           # key 5 % 4
+    assert parts[2] == 1           # explicit for a null key
+    assert 0 <= parts[3] < 4       # no partition, no key: spread
+    assert parts[4] == 3           # key 7 % 4
+
+
+def test_spread_is_even_and_rotates_across_batches():
+    sp = Spreader(random.Random(1))
+    counts = np.zeros(3, dtype=int)
+    for size in (1, 2, 5, 7, 1000, 1):
+        np.add.at(counts, sp.spread("t", size, 3), 1)
+    assert counts.max() - counts.min() <= 1 and counts.sum() == 1016
+    # per topic: a second topic has its own rotation and partition count
+    assert set(sp.spread("u", 5, 5)) == {0, 1, 2, 3, 4}
+
+
+def test_many_tasks_do_not_all_start_at_partition_zero():
+    firsts = {int(Spreader().spread("t", 1, 8)[0]) for _ in range(200)}
+    assert len(firsts) > 1
+
+
+@pytest.mark.parametrize("value,expect", [(5, "is 5 in row 1, but topic 't' has 3 partitions"),
+                                          (-1, "is -1 in row 1")])
+def test_partition_out_of_range_names_row_topic_and_count(value, expect):
+    with pytest.raises(TopicError, match=expect):
+        choose_partitions("t", 3, None, pa.array([0, value], pa.int32()), Spreader(), fake_hash)
+
+
+def test_split_by_topic():
+    assert split_by_topic(pa.array(["a", "a"])) == [("a", None)]
+    groups = split_by_topic(pa.array(["b", "a", "b", "c", "a"]))
+    assert [(t, list(r)) for t, r in groups] == [("b", [0, 2]), ("a", [1, 4]), ("c", [3])]
+    with pytest.raises(ColumnError, match="null in row 12 "):
+        split_by_topic(pa.array(["a", "b", None]), row_offset=10)
+
+
+# --- the task loop ------------------------------------------------------------------------------
+
+class FakeProducer:
+    def __init__(self, partitions):
+        self.partitions = partitions
+        self.sent = []
+
+    def partition_count(self, topic):
+        if topic not in self.partitions:
+            raise TopicError(f"Topic '{topic}' does not exist")
+        return self.partitions[topic]
+
+    def send(self, topic, partitions, values, keys, headers):
+        assert values.type == pa.binary() and (keys is None or keys.type == pa.binary())
+        assert len(partitions) == len(values)
+        for i in range(len(values)):
+            self.sent.append((topic, int(partitions[i]), values[i].as_py(),
+                              None if keys is None else keys[i].as_py(),
+                              None if headers is None else headers[i].as_py()))
+
+
+def test_rows_routed_by_topic_column_and_key():
+    p = FakeProducer({"a": 2, "b": 3})
+    cols = Columns(value="value", key="key", topic="topic", headers="headers")
+    hdr = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    batch = pa.record_batch({
+        "value": pa.array(["v0", "v1", None, "v3"]),
+        "key": pa.array([b"\x01", None, b"\x02", b"\x04"]),
+        "topic": pa.array(["a", "b", "b", "a"]),
+        "headers": pa.array([None, [{"key": "h", "value": b"x"}], [], None], hdr),
+        "offset": pa.array([1, 2, 3, 4], pa.int64()),  # extra column: ignored
+    })
+    rows = send_batches([batch, batch.slice(0, 0)], p, cols, None, fake_hash, Spreader())
+    assert rows == 4
+    by_value = {s[2]: s for s in p.sent}
+    assert by_value[b"v0"][:2] == ("a", 1) and by_value[b"v3"][:2] == ("a", 0)
+    assert by_value[None][:2] == ("b", 2) and by_value[None][3] == b"\x02"  # tombstone, keyed
+    assert by_value[b"v1"][0] == "b" and by_value[b"v1"][4] == [{"key": "h", "value": b"x"}]
+
+
+def test_topic_option_overrides_column_and_unknown_topic_fails():
+    p = FakeProducer({"opt": 1})
+    batch = pa.record_batch({"value": pa.array([b"x"]), "topic": pa.array(["other"])})
+    send_batches([batch], p, Columns(), "opt", fake_hash)
+    assert p.sent == [("opt", 0, b"x", None, None)]
+    with pytest.raises(TopicError, match="'nope'"):
+        send_batches([batch], FakeProducer({}), Columns(), "nope", fake_hash)
+
+
+def test_null_topic_row_counted_across_batches():
+    p = FakeProducer({"a": 1})
+    cols = Columns(topic="topic")
+    b1 = pa.record_batch({"value": pa.array([b"1", b"2"]), "topic": pa.array(["a", "a"])})
+    b2 = pa.record_batch({"value": pa.array([b"3"]), "topic": pa.array([None], pa.string())})
+    with pytest.raises(ColumnError, match="null in row 2 "):
+        send_batches([b1, b2], p, cols, None, fake_hash)
+
+
+def test_commit_message_pickles_small():
+    m = SinkCommitMessage(task=3, records=(("t", 0, 10), ("t", 1, 5)))
+    again = pickle.loads(pickle.dumps(m))
+    assert again == m and again.total == 15 and len(pickle.dumps(m)) < 400
