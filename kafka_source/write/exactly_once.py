@@ -40,9 +40,16 @@ restart to commit.
 Limits
   * Readers must use ``kafka.isolation.level=read_committed``.
   * The marker's metadata must fit the broker's ``offset.metadata.max.bytes`` (4096 by
-    default): about 4 to 6 bytes per task that wrote records, i.e. several hundred tasks.
+    default): about 4 to 6 bytes per task that wrote records, i.e. several hundred tasks; more
+    fails the commit with an error saying so (nothing is committed, the batch is retried).
+  * Every transaction of a micro-batch stays open from its first record to the driver's
+    commit, so ``kafka.transaction.timeout.ms`` (default here 15 minutes, the broker's default
+    ceiling) must cover a whole micro-batch. A transaction the broker aborts in between makes
+    the batch be written again after the restart: records of the batch's transactions
+    committed before the failure are then in Kafka twice (never lost).
   * Keep ``kafka.transactional.id`` (the prefix) unchanged across restarts of a query, and turn
     speculative execution off (two attempts of a task fence each other and the batch fails).
+  * A batch write (``df.write``) cannot be exactly-once: it has no checkpoint to resume from.
 """
 
 from __future__ import annotations
@@ -288,8 +295,7 @@ class MarkerStore:
 
 # --- executor side ------------------------------------------------------------------------------
 
-def write_exactly_once(options, columns, batches, *, query_id: str, batch_id: int, task: int,
-                       attempt: int):
+def write_exactly_once(options, columns, batches, *, query_id: str, batch_id: int, task: int):
     """One exactly-once write task (see the module docstring). Returns a SinkCommitMessage."""
     from .partitioner import partitions_for_keys
     from .producer import Producer

@@ -119,8 +119,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                                "streaming query id and batch id (task local properties "
                                "'sql.streaming.queryId', 'streaming.sql.batchId')")
         return write_exactly_once(self.options, self.columns, iterator, query_id=query_id,
-                                  batch_id=int(batch_id), task=ctx.partitionId(),
-                                  attempt=ctx.attemptNumber())
+                                  batch_id=int(batch_id), task=ctx.partitionId())
 
     def commit(self, messages, batchId: int) -> None:
         if self.options.exactly_once:

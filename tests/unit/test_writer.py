@@ -237,3 +237,29 @@ def test_commit_message_pickles_small():
     m = SinkCommitMessage(task=3, records=(("t", 0, 10), ("t", 1, 5)))
     again = pickle.loads(pickle.dumps(m))
     assert again == m and again.total == 15 and len(pickle.dumps(m)) < 400
+
+
+# --- the exactly-once marker --------------------------------------------------------------------
+
+def test_marker_round_trips_and_stays_small():
+    from kafka_source.write.exactly_once import decode_marker, encode_marker
+
+    entries = [(0, 1000, 3), (1, 1001, 3), (5, 999, 4), (6, 2 ** 40, 32767)]
+    assert decode_marker(encode_marker(7, entries)) == (7, entries)
+    assert decode_marker(encode_marker(0, [])) == (0, [])
+    # Producer ids of one query's tasks are close together (the broker hands them out in
+    # blocks) and the epochs equal: a few bytes per task, so hundreds of tasks fit the broker's
+    # default offset.metadata.max.bytes (4096).
+    rng = random.Random(3)
+    many = [(t, 50_000 + rng.randrange(2000), 1000 + rng.randrange(3)) for t in range(700)]
+    text = encode_marker(123_456, many)
+    assert len(text) < 4096 and decode_marker(text) == (123_456, many)
+    with pytest.raises(ValueError):
+        decode_marker("something else")
+
+
+def test_transactional_ids_and_marker_group_follow_from_prefix_query_and_task():
+    from kafka_source.write.exactly_once import marker_group, transactional_id
+
+    assert transactional_id("app", "q-1", 3) == "app-q-1-3"
+    assert marker_group("app", "q-1") == "app-q-1"
