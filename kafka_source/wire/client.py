@@ -242,6 +242,64 @@ class BrokerClient:
                 raise BrokerSecurityError(str(fatal)) from None
             raise RetriableBrokerError(f"broker {node_id}: {exc}") from exc
 
+    # --- pipelined requests (the sink's producer) -------------------------------------------
+    #
+    # :meth:`send` waits for each response. The producer instead keeps several Produce requests
+    # in flight per broker and drives the network between the writer's calls, so it sends
+    # without waiting (:meth:`send_async`), asks whether a broker can take a request now
+    # (:meth:`node_ready`) and polls the network itself (:meth:`poll`).
+
+    def set_max_in_flight(self, requests: int) -> None:
+        """Allow ``requests`` requests in flight per connection on connections opened from now
+        on (kafka-python's default is 5). The producer keeps its own, lower, limit on Produce
+        requests, so that a Metadata or InitProducerId request always finds room."""
+        self._connections.config["max_in_flight_requests_per_connection"] = int(requests)
+
+    def node_ready(self, node_id) -> bool:
+        """Whether a request to broker ``node_id`` can be written now; if it is not connected,
+        starts connecting (a later call answers True once connected). Raises
+        :class:`BrokerSecurityError` for a TLS or SASL failure that no retry can fix."""
+        self.bootstrap()
+        fatal = self._connections.auth_failure(node_id)
+        if fatal is not None:
+            raise BrokerSecurityError(str(fatal))
+        if self._net.is_ready(node_id):
+            return True
+        try:
+            self._net.maybe_connect(node_id)
+        except Errors.KafkaError as exc:        # e.g. a broker id no longer in the metadata
+            log.debug("cannot connect to broker %s yet: %s", node_id, exc)
+        return False
+
+    def send_async(self, node_id, request, timeout_ms: int | None = None):
+        """Send ``request`` to ``node_id`` without waiting: returns kafka-python's Future, which
+        :meth:`poll` completes with the response, or fails with a network error or after
+        ``timeout_ms`` (default ``kafka.request.timeout.ms``; the connection is then closed, as
+        in every Kafka client, which fails the other requests in flight on it too). A request
+        that expects no response (Produce with acks=0) succeeds with None once queued."""
+        self.bootstrap()
+        timeout_ms = self.request_timeout_ms if timeout_ms is None else timeout_ms
+        return self._net._manager.send(request, node_id=node_id, request_timeout_ms=timeout_ms)
+
+    def poll(self, timeout_ms: float) -> None:
+        """Do the network I/O that is possible now, waiting at most ``timeout_ms`` for some."""
+        self._net._net.poll(timeout_ms=max(0, timeout_ms))
+
+    def unsent_bytes(self, node_id) -> int:
+        """Bytes of requests to ``node_id`` not yet handed to the socket (plus one for each
+        request still waiting for the connection to be set up): 0 once everything was written,
+        -1 when there is no open connection to it (what was queued on a closed one is lost).
+        With acks=0 this is how the producer knows its records have at least left the
+        process."""
+        conn = self._net._manager._conns.get(node_id)
+        if conn is None or conn.closed:
+            return -1
+        pending = len(conn._request_buffer)
+        transport = conn.transport
+        if transport is not None:
+            pending += sum(len(chunk) for chunk in transport._write_buffer)
+        return pending
+
     # --- metadata --------------------------------------------------------------------------
 
     def metadata(self, topics: Iterable[str] | None) -> dict[str, TopicInfo]:
@@ -318,18 +376,28 @@ class BrokerClient:
         Raises :class:`RetriableBrokerError` while the coordinator is unknown or moving, and
         ``kafka.errors`` exceptions for fatal answers (e.g. GroupAuthorizationFailedError).
         """
+        return self._find_coordinator(group_id, CoordinatorType.GROUP, "group")
+
+    def find_transaction_coordinator(self, transactional_id: str) -> str | int:
+        """The node id to send ``transactional_id``'s transaction requests to (InitProducerId,
+        AddPartitionsToTxn, EndTxn): FindCoordinator with key type 1. Errors as
+        :meth:`find_coordinator` (e.g. TransactionalIdAuthorizationFailedError)."""
+        return self._find_coordinator(transactional_id, CoordinatorType.TRANSACTION,
+                                      "transactional id")
+
+    def _find_coordinator(self, key: str, key_type: CoordinatorType, what: str) -> str | int:
         # key/key_type serve v0-v3, coordinator_keys v4+; the connection picks the version.
-        request = FindCoordinatorRequest(key=group_id, key_type=0, coordinator_keys=[group_id])
+        request = FindCoordinatorRequest(key=key, key_type=int(key_type), coordinator_keys=[key])
         response = self.send(None, request)
         result = response.coordinators[0] if response.coordinators else response
         err = error_for(result.error_code)
         if err is not Errors.NoError:
             if getattr(err, "retriable", False) or err in (Errors.CoordinatorNotAvailableError,
                                                            Errors.NotCoordinatorError):
-                raise RetriableBrokerError(f"FindCoordinator for group '{group_id}': "
+                raise RetriableBrokerError(f"FindCoordinator for {what} '{key}': "
                                            f"{err.__name__}")
-            raise err(f"FindCoordinator for group '{group_id}'")
-        return self._net.cluster.add_coordinator(result, CoordinatorType.GROUP, group_id)
+            raise err(f"FindCoordinator for {what} '{key}'")
+        return self._net.cluster.add_coordinator(result, key_type, key)
 
     # --- offsets ---------------------------------------------------------------------------
 
