@@ -241,6 +241,27 @@ def test_abort_stale_transaction_fences_an_open_transaction(bootstrap_servers, c
         end_transaction(config, handle, commit=True)
 
 
+def test_a_transaction_the_broker_timed_out_cannot_be_committed(bootstrap_servers, config,
+                                                                skip_on_embedded):
+    skip_on_embedded("last stable offsets are not tracked on Tansu")
+    topic = unique_topic_name("producer-txn-timeout")
+    create_topic(bootstrap_servers, topic, partitions=1)
+    tid = unique_topic_name("txn")
+    with Producer(config, ProducerSettings(transactional_id=tid,
+                                           transaction_timeout_ms=1000)) as producer:
+        producer.send(topic, np.zeros(3, np.int32), pa.array([b"a", b"b", b"c"]), None, None)
+        handle = producer.transaction()
+    # The broker aborts it at its next check for expired transactions (every 10 s by default):
+    # the abort marker moves the last stable offset past the records.
+    deadline = time.monotonic() + 90
+    while end_offsets(bootstrap_servers, topic, 1, read_committed=True) == {0: 0}:
+        assert time.monotonic() < deadline, "the broker never aborted the transaction"
+        time.sleep(1)
+    # Kafka 4.0 answers PRODUCER_FENCED: the abort bumped the producer epoch.
+    with pytest.raises(TransactionFencedError, match="ProducerFencedError"):
+        end_transaction(config, handle, commit=True)
+
+
 def test_a_new_producer_of_a_transactional_id_aborts_the_open_transaction(
         bootstrap_servers, config, skip_on_embedded):
     skip_on_embedded("read_committed does not hide aborted records on Tansu")
