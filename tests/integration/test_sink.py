@@ -267,6 +267,26 @@ def test_stream_topic_to_topic_with_checkpoint_restart(spark, bootstrap_servers,
     assert all(r.partition == default_partition(r.key, 3) for r in got)
 
 
+def test_stream_complete_mode_appends_every_result_row(spark, bootstrap_servers, tmp_path):
+    # As Spark's Kafka sink: a topic can't be truncated, so each micro-batch's whole result is
+    # appended. (Spark itself refuses "update" mode for Python data sources.)
+    source, out = unique_topic_name("sink-agg-src"), unique_topic_name("sink-agg")
+    create_topic(bootstrap_servers, source, 1)
+    create_topic(bootstrap_servers, out, 1)
+    _produce(bootstrap_servers, source, [f"k{i % 3}" for i in range(30)], one_by_one=True)
+    counts = (spark.readStream.format("pykafka")
+              .option("kafka.bootstrap.servers", bootstrap_servers).option("subscribe", source)
+              .option("startingOffsets", "earliest").load()
+              .groupBy("key").count().selectExpr("key", "CAST(count AS STRING) AS value"))
+    query = (counts.writeStream.format("pykafka").outputMode("complete")
+             .option("kafka.bootstrap.servers", bootstrap_servers).option("topic", out)
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(180) and query.exception() is None
+    got = {r.key: r.value for r in read_back(bootstrap_servers, out)}
+    assert got == {b"k0": b"10", b"k1": b"10", b"k2": b"10"}
+
+
 # --- exactly-once -------------------------------------------------------------------------------
 
 @pytest.mark.skip_on_embedded("transactions and read_committed need real Kafka")
