@@ -1,4 +1,4 @@
-"""pykafka: a Kafka source for Apache Spark on the Python Data Source API.
+"""pykafka: a Kafka source and sink for Apache Spark on the Python Data Source API.
 
     df = (spark.read.format("pykafka")          # no registration step: see pyspark_pykafka.py
           .option("kafka.bootstrap.servers", "broker:9092")
@@ -24,6 +24,13 @@ How a record travels, folder by folder:
               fetch_session
               records, fast_decode,    record batches -> Arrow columns: codecs, control records,
               codecs, arrow            transactions
+    write/    writer, columns          the sink: df.write / df.writeStream (driver: checks, commit)
+              task, routing,           a write task: each row's topic and partition (explicit,
+              partitioner              murmur2 of the key as Java's producer, round-robin)
+              producer                 batching, pipelined Produce, idempotence, transactions
+              exactly_once             exactly-once streaming writes through transactions
+    config/   sink_options             the sink's options
+    wire/     encode                   Arrow columns -> record batches (the reverse of fast_decode)
     schema, datasource                 Spark's Kafka schema; the DataSource glue
     testing/                           brokers for the tests, the demo and the benchmarks
 

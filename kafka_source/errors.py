@@ -31,6 +31,11 @@ class BrokerSecurityError(KafkaSourceError):
     the first failed attempt, naming the option that fixes it; never contains a secret."""
 
 
+class ColumnError(KafkaSourceError, ValueError):
+    """A column of the DataFrame written is missing, of the wrong type, or holds a value that
+    cannot be written (a null topic)."""
+
+
 class ProduceError(KafkaSourceError):
     """Records written to Kafka were not acknowledged: the message names the topic and
     partition (and the broker's error), so a failed write task says what it could not write."""

@@ -22,14 +22,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from ..errors import KafkaSourceError
+from ..errors import ColumnError
 
 log = logging.getLogger(__name__)
 
-
-class ColumnError(KafkaSourceError, ValueError):
-    """A column of the DataFrame written is missing, of the wrong type, or holds a value that
-    cannot be written (a null topic)."""
+__all__ = ["ColumnError", "Columns", "check_schema", "as_binary", "normalize_headers"]
 
 
 @dataclass(frozen=True)
