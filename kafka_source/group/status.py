@@ -177,24 +177,12 @@ def _describe(client, group_id: str) -> tuple[object, tuple[str, str, list[Membe
 
 def _committed(client, node, group_id: str) -> dict[TopicPartition, int]:
     """All of the group's committed offsets (OffsetFetch v2+ without topics: every partition)."""
-    from kafka.protocol.consumer import OffsetFetchRequest
-
-    G = OffsetFetchRequest.OffsetFetchRequestGroup
-    response = client.send(node, OffsetFetchRequest(
-        group_id=group_id, topics=None, groups=[G(group_id=group_id, topics=None)],
-        require_stable=False, max_version=8))
-    if response.version >= 8:
-        code, found = response.groups[0].error_code, response.groups[0].topics
-    else:
-        code, found = response.error_code, response.topics
-    err = Errors.for_code(code)
+    err, found = client.group_offsets(node, group_id, require_stable=False)
     if err is Errors.GroupIdNotFoundError:
         return {}
     if err is not Errors.NoError:
         raise KafkaSourceError(f"OffsetFetch for consumer group '{group_id}' failed: "
                                f"{err.__name__} ({getattr(err, 'description', '')}).")
-    return {(t.name, p.partition_index): p.committed_offset
-            for t in found for p in t.partitions
-            if p.error_code == 0 and p.committed_offset >= 0}
+    return {tp: offset for tp, (offset, _) in found.items()}
 
 

@@ -399,6 +399,39 @@ class BrokerClient:
             raise err(f"FindCoordinator for {what} '{key}'")
         return self._net.cluster.add_coordinator(result, key_type, key)
 
+    def group_offsets(self, node: str | int, group_id: str, *, require_stable: bool
+                      ) -> tuple[type[Errors.KafkaError], dict[TopicPartition, tuple[int, str]]]:
+        """Every committed offset of ``group_id`` (OffsetFetch v2+ without topics), asked of its
+        coordinator ``node``: the group-level error class (NoError, GroupIdNotFoundError, ...)
+        and (topic, partition) -> (offset, metadata) for the partitions answered without error
+        with an offset. Partition errors other than UNKNOWN_TOPIC_OR_PARTITION (a deleted topic)
+        are raised, retriable ones (UNSTABLE_OFFSET_COMMIT while a transaction commits offsets)
+        and network failures as :class:`RetriableBrokerError` (see :meth:`send`)."""
+        from kafka.protocol.consumer import OffsetFetchRequest
+
+        G = OffsetFetchRequest.OffsetFetchRequestGroup
+        response = self.send(node, OffsetFetchRequest(
+            group_id=group_id, topics=None, groups=[G(group_id=group_id, topics=None)],
+            require_stable=require_stable, max_version=8))
+        if response.version >= 8:
+            code, found = response.groups[0].error_code, response.groups[0].topics
+        else:
+            code, found = response.error_code, response.topics
+        offsets = {}
+        for t in found:
+            for p in t.partitions:
+                err = error_for(p.error_code)
+                if err is Errors.UnknownTopicOrPartitionError:
+                    continue
+                if getattr(err, "retriable", False):  # e.g. UNSTABLE_OFFSET_COMMIT
+                    raise RetriableBrokerError(f"OffsetFetch of group '{group_id}', "
+                                               f"{t.name}-{p.partition_index}: {err.__name__}")
+                if err is not Errors.NoError:
+                    raise err(f"OffsetFetch of group '{group_id}', {t.name}-{p.partition_index}")
+                if p.committed_offset >= 0:
+                    offsets[(t.name, p.partition_index)] = (p.committed_offset, p.metadata or "")
+        return error_for(code), offsets
+
     # --- offsets ---------------------------------------------------------------------------
 
     def list_offsets(self, targets: Mapping[TopicPartition, int], *, read_committed: bool,

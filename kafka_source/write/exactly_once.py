@@ -205,34 +205,13 @@ class MarkerStore:
 
     def fetch(self) -> dict[TopicPartition, tuple[int, str]]:
         """Every committed offset of the group: (topic, partition) -> (offset, metadata)."""
-        from kafka.protocol.consumer import OffsetFetchRequest
-
-        G = OffsetFetchRequest.OffsetFetchRequestGroup
-        request = OffsetFetchRequest(group_id=self.group, topics=None,
-                                     groups=[G(group_id=self.group, topics=None)],
-                                     require_stable=True, max_version=8)
 
         def attempt(node):
-            response = self.client.send(node, request)
-            if response.version >= 8:
-                code, topics = response.groups[0].error_code, response.groups[0].topics
-            else:
-                code, topics = response.error_code, response.topics
-            err = Errors.for_code(code)
+            err, offsets = self.client.group_offsets(node, self.group, require_stable=True)
             if err is Errors.GroupIdNotFoundError:
                 return {}
             self._check(err, "OffsetFetch")
-            result = {}
-            for t in topics:
-                for p in t.partitions:
-                    perr = Errors.for_code(p.error_code)
-                    if perr is Errors.UnknownTopicOrPartitionError:
-                        continue
-                    self._check(perr, "OffsetFetch")
-                    if p.committed_offset >= 0:
-                        result[(t.name, p.partition_index)] = (p.committed_offset,
-                                                               p.metadata or "")
-            return result
+            return offsets
 
         return self._call("OffsetFetch", attempt)
 

@@ -11,7 +11,7 @@ from kafka_source.errors import KafkaSourceError
 from kafka_source.group import status
 from kafka_source.group.assignors import Assignment
 from kafka_source.group.status import GroupStatus, MemberStatus, PartitionStatus
-from kafka_source.wire.client import RetriableBrokerError
+from kafka_source.wire.client import BrokerClient, RetriableBrokerError
 
 NO_ERROR, COORDINATOR_LOADING, GROUP_ID_NOT_FOUND, GROUP_AUTH_FAILED = 0, 14, 69, 30
 
@@ -110,7 +110,10 @@ def test_a_group_that_does_not_exist_is_dead_and_a_refusal_is_an_error():
 
 
 class FakeOffsets:
-    """Answers OffsetFetch like a coordinator of the given response version."""
+    """Answers OffsetFetch like a coordinator of the given response version (the client's own
+    response parsing, BrokerClient.group_offsets, is used on it)."""
+
+    group_offsets = BrokerClient.group_offsets
 
     def __init__(self, version, code, partitions):
         self.version, self.code, self.partitions, self.sent = version, code, partitions, []
@@ -121,7 +124,7 @@ class FakeOffsets:
         for (t, p), (offset, err) in self.partitions.items():
             topics.setdefault(t, []).append(SimpleNamespace(partition_index=p,
                                                             committed_offset=offset,
-                                                            error_code=err))
+                                                            metadata="", error_code=err))
         found = [SimpleNamespace(name=t, partitions=ps) for t, ps in topics.items()]
         if self.version >= 8:
             return SimpleNamespace(version=8, groups=[SimpleNamespace(error_code=self.code,
