@@ -16,9 +16,10 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from .executor import read_input_partition
 from ..config.options import SourceOptions
 from .planning import plan_input_partitions
+from ..worker_socket import AcksJvmOnUnpickle
 
 
-class KafkaBatchReader(DataSourceReader):
+class KafkaBatchReader(AcksJvmOnUnpickle, DataSourceReader):
     def __init__(self, options: SourceOptions, parallelism: int | None = None):
         self.options = options
         self.parallelism = parallelism    # Spark's default parallelism, if known

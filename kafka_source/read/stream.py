@@ -57,6 +57,7 @@ from .offsets import (OffsetRange, OffsetResolver, check_start_for_data_loss,
                       partitions_in_metadata, planning_retries, subscription_topics)
 from ..config.options import StreamOptions
 from .planning import plan_input_partitions
+from ..worker_socket import AcksJvmOnUnpickle
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,8 @@ def decode_offsets(value: Mapping | None) -> Offsets:
     return result
 
 
-class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
+                        SupportsTriggerAvailableNow):
     def __init__(self, options: StreamOptions, parallelism: int | None = None):
         self.options = options
         self.parallelism = parallelism                   # Spark's default parallelism, if known

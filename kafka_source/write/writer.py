@@ -26,6 +26,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 
 from ..config.sink_options import SinkOptions, parse_sink_options
 from ..errors import OptionError
+from ..worker_socket import AcksJvmOnUnpickle
 from .columns import Columns, check_schema
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ def _log_totals(messages, what: str) -> None:
     log.info("%s: %d record(s) written by %d task(s).", what, total, len(done))
 
 
-class KafkaBatchWriter(DataSourceArrowWriter):
+class KafkaBatchWriter(AcksJvmOnUnpickle, DataSourceArrowWriter):
     """``df.write.format("pykafka").mode("append")``: at-least-once."""
 
     def __init__(self, options: SinkOptions, columns: Columns):
@@ -96,7 +97,7 @@ class KafkaBatchWriter(DataSourceArrowWriter):
                     "Kafka (at-least-once).", len(done), sum(m.total for m in done))
 
 
-class KafkaStreamWriter(DataSourceStreamArrowWriter):
+class KafkaStreamWriter(AcksJvmOnUnpickle, DataSourceStreamArrowWriter):
     """``df.writeStream.format("pykafka")``: at-least-once, or exactly-once with
     ``exactlyOnce`` (Kafka transactions committed per micro-batch)."""
 
