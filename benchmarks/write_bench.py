@@ -496,7 +496,8 @@ def run_write_bench(cfg: WriteConfig, bootstrap: str, start_spark) -> dict:
     def client_entries(codec: str) -> list:
         out = []
         for w in clients:
-            c = Series(w, codec)
+            c = Series(w, codec, extra={"rss_of": "the client process (with its payload "
+                                                  "of 1M values built before the clock)"})
             series.append(c)
             out.append((c, client_write(w, codec)))
         return out
