@@ -34,12 +34,12 @@ What it does:
    ``local[2]`` against a plain confluent-kafka producer loop (plain and idempotent) and a
    kafka-python producer loop, ``--records`` x ``--size`` B to a fresh ``--partitions`` topic per
    run, codecs ``--write-codecs`` (none, lz4); every run's records counted from the topic's end
-   offsets. ``--only write`` runs just this part, ``--only read`` skips it.
+   offsets and read back. ``--only write`` runs just this part, ``--only read`` skips it.
 8. Prints a table and PASS/FAIL lines for the targets, writes JSON to
    ``benchmarks/results/<timestamp>.json`` (and ``--json PATH``).
 
 Exit status is non-zero only on a correctness failure (a reader returned the wrong number of
-records or bytes, or failed). Targets are measurements: they print PASS/FAIL but do not fail the
+records or bytes, or failed; a writer lost, duplicated or altered records, or failed). Targets are measurements: they print PASS/FAIL but do not fail the
 run. Figures from the embedded Tansu broker are indicative only.
 """
 
