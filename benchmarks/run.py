@@ -39,8 +39,9 @@ What it does:
    ``benchmarks/results/<timestamp>.json`` (and ``--json PATH``).
 
 Exit status is non-zero only on a correctness failure (a reader returned the wrong number of
-records or bytes, or failed; a writer lost, duplicated or altered records, or failed). Targets are measurements: they print PASS/FAIL but do not fail the
-run. Figures from the embedded Tansu broker are indicative only.
+records or bytes, or failed; a writer lost, duplicated or altered records, or failed). Targets
+are measurements: they print PASS/FAIL but do not fail the run. Figures from the embedded Tansu
+broker are indicative only.
 """
 
 from __future__ import annotations
