@@ -69,6 +69,7 @@ sys.path.insert(1, str(HERE))
 from procmon import ProcessMonitor  # noqa: E402
 import jvm_anchor  # noqa: E402
 import write_bench  # noqa: E402
+from report import fmt, print_grouped_table  # noqa: E402
 
 RATIO_TARGET = 1.0          # pykafka local[2] records/s over confluent-kafka's
 # Issue 9's targets against the best of Spark's JVM source (plain, tuned), per workload: batch
@@ -689,10 +690,6 @@ def add_ratios(results: list[dict]) -> None:
         r["ratio_vs_confluent"] = round(v / b, 3) if b and v is not None else None
 
 
-def fmt(v, spec: str, none: str = "-") -> str:
-    return none if v is None else format(v, spec)
-
-
 def sort_results(results: list[dict], codecs: list[str]) -> list[dict]:
     readers = [CONFLUENT, KAFKA_PYTHON] + [f"pykafka {m}" for m in SPARK_MASTERS]
 
@@ -712,16 +709,7 @@ def print_table(results: list[dict]) -> None:
              fmt(r["mb_per_s"], ".1f"),
              fmt(r["peak_rss_mb"], ".0f"), fmt(r.get("ratio_vs_confluent"), ".2f"))
             for r in results]
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    line = "  ".join("{:<%d}" % w if i < 2 else "{:>%d}" % w for i, w in enumerate(widths))
-    print(line.format(*header))
-    print("  ".join("-" * w for w in widths))
-    last = None
-    for row in rows:
-        if last is not None and row[0] != last:
-            print()
-        print(line.format(*row))
-        last = row[0]
+    print_grouped_table(header, rows, left=2)
 
 
 def targets(results: list[dict], memory: dict | None, idle: dict | None,

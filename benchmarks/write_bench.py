@@ -55,6 +55,8 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from report import fmt, print_grouped_table
+
 HERE = Path(__file__).resolve().parent
 
 PYKAFKA = "pykafka"
@@ -602,10 +604,6 @@ def write_targets(rows: list[dict], codecs, keyed: bool = False) -> list[dict]:
     return out
 
 
-def _fmt(v, spec: str, none: str = "-") -> str:
-    return none if v is None else format(v, spec)
-
-
 def _guarantee(r: dict) -> str:
     s = r.get("settings") or {}
     idem = s.get("enable.idempotence", s.get("enable_idempotence"))
@@ -629,24 +627,15 @@ def print_write_report(section: dict) -> None:
     for r in section["rows"]:
         table.append((r["codec"], r["writer"] + (f" ({r['tasks']} tasks)" if r.get("tasks")
                                                  else ""),
-                       _guarantee(r), _fmt(r["median_s"], ".3f"),
-                       "FAILED" if r.get("error") else _fmt(r["records_per_s"], ",.0f"),
-                       _fmt(r["mb_per_s"], ".1f"),
-                       _fmt(statistics.median(r["load_1m"]) if r["load_1m"] else None, ".2f"),
-                       _fmt(r["log_bytes_median"] / MB if r["log_bytes_median"] else None,
+                       _guarantee(r), fmt(r["median_s"], ".3f"),
+                       "FAILED" if r.get("error") else fmt(r["records_per_s"], ",.0f"),
+                       fmt(r["mb_per_s"], ".1f"),
+                       fmt(statistics.median(r["load_1m"]) if r["load_1m"] else None, ".2f"),
+                       fmt(r["log_bytes_median"] / MB if r["log_bytes_median"] else None,
                             ".1f"),
-                       _fmt(r.get("ratio_vs_confluent"), ".2f"),
-                       _fmt(r.get("ratio_vs_confluent_idempotent"), ".2f")))
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *table)]
-    line = "  ".join("{:<%d}" % w if i < 3 else "{:>%d}" % w for i, w in enumerate(widths))
-    print(line.format(*header))
-    print("  ".join("-" * w for w in widths))
-    last = None
-    for t in table:
-        if last is not None and t[0] != last:
-            print()
-        print(line.format(*t))
-        last = t[0]
+                       fmt(r.get("ratio_vs_confluent"), ".2f"),
+                       fmt(r.get("ratio_vs_confluent_idempotent"), ".2f")))
+    print_grouped_table(header, table, left=3)
     for r in section["rows"]:
         if r.get("error"):
             print(f"  {r['writer']} {r['codec']}: {r['error']}")
