@@ -39,7 +39,8 @@ from kafka.protocol.consumer import (HeartbeatRequest, JoinGroupRequest, LeaveGr
 
 from .assignors import Assignment, PartitionAssignor, Subscription, validate_assignment
 from ..wire.client import BrokerClient, RetriableBrokerError, TopicPartition, error_for
-from ..errors import BrokerSecurityError, KafkaSourceError, OptionError
+from ..errors import (BrokerSecurityError, BrokerUnavailableError, KafkaSourceError,
+                      OptionError)
 from ..config.options import GroupOptions
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,15 @@ _MAX_BACKOFF_S = 1.0
 _COORDINATOR_MOVED = (Errors.NotCoordinatorError, Errors.CoordinatorNotAvailableError)
 _RETRY = _COORDINATOR_MOVED + (Errors.CoordinatorLoadInProgressError,
                                Errors.RebalanceInProgressError, Errors.UnstableOffsetCommitError)
+
+
+@dataclass
+class _PendingCommit:
+    """A commit :meth:`GroupMember.commit_async` sent (``future`` None: it could not be sent)."""
+    offsets: dict
+    request: object
+    future: object
+    on_done: Callable[[bool], None] | None
 
 
 @dataclass(frozen=True)
@@ -89,6 +99,7 @@ class GroupMember:
         self._topics: frozenset[str] = frozenset()
         self._leader_counts: dict[str, int] | None = None  # partition counts the leader assigned
         self._heartbeat: _HeartbeatThread | None = None
+        self._pending_commit: _PendingCommit | None = None   # sent by commit_async
         self.rebalances = 0
 
     # --- state --------------------------------------------------------------------------------
@@ -111,6 +122,17 @@ class GroupMember:
         """Why the member must rejoin before its assignment can be trusted (None: it need not)."""
         with self._lock:
             return None if self.manual else self._rejoin_reason
+
+    def assignment_is_current(self) -> bool:
+        """Whether :attr:`assignment` holds as it is, with no trip to the coordinator: manual
+        assignment, or a stable generation in which no rebalance, fencing or coordinator move
+        has been noticed since (by the heartbeat thread or a commit). Raises what the heartbeat
+        thread found fatal."""
+        if self.manual:
+            return True
+        self._raise_fatal()
+        with self._lock:
+            return self._stable and self._rejoin_reason is None
 
     def request_rejoin(self, reason: str) -> None:
         with self._lock:
@@ -163,6 +185,8 @@ class GroupMember:
         return self._assignment
 
     def _join(self, topics: frozenset[str]) -> None:
+        # What was processed of the partitions this member may now lose is committed first.
+        self.settle_commits()
         budget_ms = (self.options.rebalance_timeout_ms + self.options.session_timeout_ms
                      + self.request_timeout_ms)
         deadline = time.monotonic() + budget_ms / 1000
@@ -388,49 +412,135 @@ class GroupMember:
         return self._with_coordinator("OffsetFetch", attempt)
 
     def commit(self, offsets: Mapping[TopicPartition, int]) -> bool:
-        """Commit ``offsets`` in this member's generation; False if the member was fenced.
+        """Commit ``offsets`` in this member's generation and wait; False if the member was
+        fenced (it then rejoins at the next :meth:`ensure_active`).
 
         Only partitions this member owns may be committed (the caller filters). In manual
         assignment mode the commit is made outside any generation, as Kafka allows.
         """
+        self.settle_commits()                 # commits apply in the order they were made
+        request = self._commit_request(offsets)
+        if request is None:
+            return not offsets
+        fenced: list = []
+        ok = self._with_coordinator(
+            "OffsetCommit", lambda node: self._commit_outcome(self._client.send(node, request),
+                                                              fenced))
+        return self._commit_done(offsets, ok, fenced)
+
+    def commit_async(self, offsets: Mapping[TopicPartition, int],
+                     on_done: Callable[[bool], None] | None = None) -> None:
+        """Send an OffsetCommit of ``offsets`` without waiting for the answer.
+
+        The stream reader commits a completed micro-batch at the start of the next trigger; the
+        coordinator takes a few milliseconds to answer (Kafka 4's coordinator batches its
+        writes for ``group.coordinator.append.linger.ms``, 5 ms), which a synchronous commit
+        would add to every trigger. The answer is applied by :meth:`settle_commits`, which every
+        step that depends on it calls first -- the next commit, a rejoin (partitions are given
+        up only once their commit was accepted), :meth:`leave` -- and ``on_done(accepted)``
+        then runs. A commit the answer shows to have failed for a retriable reason (coordinator
+        moved, network error, timeout) is made again synchronously there, with the retries of
+        :meth:`commit`; one refused because the member was fenced is not (``on_done(False)``:
+        the caller commits again once it owns the partitions in the new generation).
+        """
+        self.settle_commits()
+        request = self._commit_request(offsets)
+        if request is None:
+            if on_done is not None:
+                on_done(not offsets)
+            return
+        try:
+            future = self._client.send_now(self._coordinator(), request)
+        except (RetriableBrokerError, BrokerUnavailableError, Errors.KafkaError) as exc:
+            # settle_commits commits synchronously instead, with the retries of commit().
+            log.debug("Group '%s': OffsetCommit not sent (%s)", self.group_id, exc)
+            future = None
+        self._pending_commit = _PendingCommit(dict(offsets), request, future, on_done)
+
+    def settle_commits(self) -> None:
+        """Wait for the answer to a commit :meth:`commit_async` sent and apply it (bounded: the
+        request times out after ``kafka.request.timeout.ms``, and a synchronous retry after
+        ``kafka.default.api.timeout.ms``)."""
+        pending, self._pending_commit = self._pending_commit, None
+        if pending is None:
+            return
+        fenced: list = []
+        ok = None
+        future = pending.future
+        if future is not None:
+            deadline = time.monotonic() + self.request_timeout_ms / 1000 + 1
+            try:
+                while not future.is_done and time.monotonic() < deadline:
+                    self._client.poll(100)
+            except Exception as exc:
+                log.debug("Group '%s': waiting for OffsetCommit failed (%s)", self.group_id, exc)
+            if future.succeeded():
+                try:
+                    ok = self._commit_outcome(future.value, fenced)
+                except KafkaSourceError:
+                    if pending.on_done is not None:
+                        pending.on_done(False)
+                    raise
+            elif future.failed() or not future.is_done:
+                self._node = None             # a network failure: rediscover the coordinator
+        if ok is None:
+            # Not sent, not answered, or answered with a retriable error: commit again and wait.
+            log.info("Group '%s': asynchronous commit of %s did not complete; committing again",
+                     self.group_id, _describe_offsets(pending.offsets))
+            try:
+                accepted = self.commit(pending.offsets)
+            except Exception:
+                if pending.on_done is not None:
+                    pending.on_done(False)
+                raise
+        else:
+            accepted = self._commit_done(pending.offsets, ok, fenced)
+        if pending.on_done is not None:
+            pending.on_done(accepted)
+
+    def _commit_request(self, offsets: Mapping[TopicPartition, int]):
+        """The OffsetCommit request for ``offsets`` in this member's generation (None: nothing
+        to send, or no generation to send it in)."""
         if not offsets:
-            return True
+            return None
         generation = Generation() if self.manual else self.generation
         if not self.manual and generation.generation_id < 0:
-            return False
+            return None
         by_topic: dict[str, list] = {}
         P = OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition
         for (topic, partition), offset in sorted(offsets.items()):
             by_topic.setdefault(topic, []).append(P(
                 partition_index=partition, committed_offset=offset, committed_leader_epoch=-1,
                 commit_timestamp=-1, committed_metadata=""))
-        request = OffsetCommitRequest(
+        return OffsetCommitRequest(
             group_id=self.group_id, generation_id_or_member_epoch=generation.generation_id,
             member_id=generation.member_id, group_instance_id=None, retention_time_ms=-1,
             topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=ps)
                     for t, ps in by_topic.items()],
             max_version=8)
-        fenced = []
 
-        def attempt(node):
-            response = self._client.send(node, request)
-            for topic in response.topics:
-                for p in topic.partitions:
-                    err = error_for(p.error_code)
-                    if err is Errors.UnknownTopicOrPartitionError:
-                        # Deleted meanwhile: nothing to commit; the reader reports the loss.
-                        log.warning("Group '%s': not committing %s-%d, which no longer exists",
-                                    self.group_id, topic.name, p.partition_index)
-                        continue
-                    if err in (Errors.IllegalGenerationError, Errors.UnknownMemberIdError,
-                               Errors.RebalanceInProgressError):
-                        fenced.append(err)
-                        return False
-                    if not self._offset_error_ok(err, "OffsetCommit"):
-                        return None
-            return True
+    def _commit_outcome(self, response, fenced: list) -> bool | None:
+        """True: accepted; False: refused because the member was fenced (the error is appended
+        to ``fenced``); None: retry. Raises for errors no retry can fix."""
+        for topic in response.topics:
+            for p in topic.partitions:
+                err = error_for(p.error_code)
+                if err is Errors.UnknownTopicOrPartitionError:
+                    # Deleted meanwhile: nothing to commit; the reader reports the loss.
+                    log.warning("Group '%s': not committing %s-%d, which no longer exists",
+                                self.group_id, topic.name, p.partition_index)
+                    continue
+                if err in (Errors.IllegalGenerationError, Errors.UnknownMemberIdError,
+                           Errors.RebalanceInProgressError):
+                    fenced.append(err)
+                    return False
+                if not self._offset_error_ok(err, "OffsetCommit"):
+                    return None
+        return True
 
-        ok = self._with_coordinator("OffsetCommit", attempt)
+    def _commit_done(self, offsets: Mapping[TopicPartition, int], ok: bool,
+                     fenced: list) -> bool:
+        """Log the outcome of a commit; a fenced member forgets what the error says is stale."""
         if not ok and self.manual:
             log.warning("Group '%s': commit of %s refused (%s): the group has active members, "
                         "and Kafka accepts commits from a query using 'assign' only while it has "
@@ -469,7 +579,12 @@ class GroupMember:
     # --- leaving ------------------------------------------------------------------------------
 
     def leave(self, reason: str = "the query stopped") -> None:
-        """Leave the group now (so the others rebalance at once) and stop heartbeating."""
+        """Leave the group now (so the others rebalance at once) and stop heartbeating; a
+        commit still in flight is waited for first (bounded, and best effort here)."""
+        try:
+            self.settle_commits()
+        except Exception as exc:
+            log.warning("Group '%s': the last commit failed while leaving: %s", self.group_id, exc)
         self._stop_heartbeat()
         generation = self.generation
         self._reset(keep_member_id=False, reason="it left the group")

@@ -11,6 +11,9 @@ One trigger, as seen from here (``latestOffset(start, limit)``):
    group now (:meth:`KafkaStreamReader._commit_completed`). This is what makes the group's
    committed offsets follow the query, including the last batch of an AvailableNow run and an
    idle stream -- Spark's own ``commit(end)`` comes a batch later and not at all at the end.
+   The OffsetCommit is sent without waiting for its answer, which is applied before anything
+   depends on it: the next commit, a rejoin, leaving the group
+   (:meth:`kafka_source.group.member.GroupMember.commit_async`).
 2. Metadata is refreshed and the membership checked (:class:`kafka_source.group.member.GroupMember`):
    a rebalance the heartbeat thread noticed, a new topic matching ``subscribePattern`` or new
    partitions make the member rejoin -- after step 1 committed what it processed of the
@@ -22,6 +25,14 @@ One trigger, as seen from here (``latestOffset(start, limit)``):
    offsets alone, also when Spark re-plans a batch after a restart.
 4. The end offsets come from ListOffsets(latest), capped by the AvailableNow target and the
    admission control options (:mod:`kafka_source.read.admission`).
+
+Trigger.AvailableNow reads up to the end offsets listed when the run began
+(``prepareForTriggerAvailableNow``), as Spark's own source does. While the member keeps the same
+partitions -- a stable generation, no rebalance noticed by the heartbeat thread -- a trigger
+therefore asks the brokers nothing: steps 2 to 4 are skipped, the end offsets follow from
+``start``, that target and the read limit, and only the commit of step 1 goes out. Partitions
+and topics that appear during the run are not read in it, as in Spark; a run that began before
+a topic was deleted or truncated finds out when it reads (``failOnDataLoss``).
 
 Offsets are Spark's Kafka source JSON, ``{"topic": {"partition": next_offset}}``, holding the
 partitions this member read in that batch.
@@ -52,7 +63,6 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
 from .admission import hold_back, rate_limit
 from ..wire.client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient, TopicPartition
 from ..errors import DataLossError, OptionError
-from .executor import read_input_partition
 from .offsets import (OffsetRange, OffsetResolver, check_start_for_data_loss,
                       partitions_in_metadata, planning_retries, subscription_topics)
 from ..config.options import StreamOptions
@@ -158,21 +168,29 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         start_pos = decode_offsets(start)
         member = self.member
-        if member.stable:
-            self._commit_completed(start_pos)  # before a rebalance can take partitions away
-        partitions = self._current_partitions(strict=False)
-        self._check_vanished(start_pos, partitions)
-        owned = self._assignment(partitions)
-        self._commit_completed(start_pos)
-        previous = self._previous
-        self._previous = frozenset(owned)
-        kept = self._trusted(start_pos, owned, previous)
-        new = [tp for tp in owned if tp not in start_pos]
-        adopted = self._adopt(new, new_partitions=True)
-        latest = self._list(list(kept), LATEST_TIMESTAMP)
-        self._latest = {**latest, **adopted}
-        end = self._admit(kept, self._check_latest(kept, latest), limit)
-        end.update(adopted)
+        if self._available_now_unchanged(start_pos):
+            # Nothing to ask the brokers (module docstring, "Trigger.AvailableNow").
+            self._commit_completed(start_pos)
+            kept = start_pos
+            latest = {tp: max(off, self._target.get(tp, off)) for tp, off in kept.items()}
+            self._latest = latest
+            end = self._admit(kept, latest, limit)
+        else:
+            if member.stable:
+                self._commit_completed(start_pos)  # before a rebalance can take partitions away
+            partitions = self._current_partitions(strict=False)
+            self._check_vanished(start_pos, partitions)
+            owned = self._assignment(partitions)
+            self._commit_completed(start_pos)
+            previous = self._previous
+            self._previous = frozenset(owned)
+            kept = self._trusted(start_pos, owned, previous)
+            new = [tp for tp in owned if tp not in start_pos]
+            adopted = self._adopt(new, new_partitions=True)
+            latest = self._list(list(kept), LATEST_TIMESTAMP)
+            self._latest = {**latest, **adopted}
+            end = self._admit(kept, self._check_latest(kept, latest), limit)
+            end.update(adopted)
         if any(off > kept[tp] for tp, off in end.items() if tp in kept):
             self._last_batch_ms = _now_ms()
         if end == start_pos and self._target is not None and all(
@@ -201,6 +219,9 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
                                      leaders=leaders)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        # Imported here: the planning process, which imports this module, never reads.
+        from .executor import read_input_partition
+
         return read_input_partition(partition)
 
     def commit(self, end: dict) -> None:
@@ -243,8 +264,25 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         todo = {tp: off for tp, off in self._trusted(completed, self.member.assignment,
                                                       self._previous).items()
                 if self._committed.get(tp) != off}
-        if todo and self.member.commit(todo):
-            self._committed.update(todo)
+        if not todo:
+            return
+        self._committed.update(todo)
+
+        def on_done(accepted: bool) -> None:
+            if not accepted:  # refused (the member was fenced): commit them again later
+                for tp, off in todo.items():
+                    if self._committed.get(tp) == off:
+                        del self._committed[tp]
+
+        self.member.commit_async(todo, on_done)
+
+    def _available_now_unchanged(self, start: Offsets) -> bool:
+        """Trigger.AvailableNow, and the member owns the partitions of ``start``, as at the last
+        trigger, with nothing noticed since that could change it."""
+        return (self._target is not None and self._previous is not None
+                and frozenset(start) == self._previous
+                and self.member.assignment_is_current()
+                and frozenset(self.member.assignment) == self._previous)
 
     @staticmethod
     def _trusted(offsets: Offsets, owned, previous: frozenset | None) -> Offsets:

@@ -281,6 +281,17 @@ class BrokerClient:
         timeout_ms = self.request_timeout_ms if timeout_ms is None else timeout_ms
         return self._net._manager.send(request, node_id=node_id, request_timeout_ms=timeout_ms)
 
+    def send_now(self, node_id, request, timeout_ms: int | None = None):
+        """:meth:`send_async`, with the request handed to the socket before returning: writing
+        is a task of kafka-python's event loop, which takes a poll or two to run. A few polls
+        that do not wait; bytes a full socket buffer did not take go out at the next poll."""
+        future = self.send_async(node_id, request, timeout_ms)
+        for _ in range(4):
+            if future.is_done or self.unsent_bytes(node_id) <= 0:
+                break
+            self.poll(0)
+        return future
+
     def poll(self, timeout_ms: float) -> None:
         """Do the network I/O that is possible now, waiting at most ``timeout_ms`` for some."""
         self._net._net.poll(timeout_ms=max(0, timeout_ms))

@@ -406,6 +406,36 @@ def test_group_member_waits_for_a_held_join_and_retries_timed_out_commits(faulty
         client.close()
 
 
+def test_group_member_async_commit_goes_out_at_once_and_outlives_a_lost_answer(faulty, proxy):
+    topic = topic_with(faulty, "member-async", {0: 5, 1: 5})
+    group = unique_topic_name("g-member-async")
+    options = parse_stream_options(fault_stream_options(
+        faulty.via_proxy, topic, group, **{"kafka.request.timeout.ms": 2000}))
+    config = options.source.client_config
+    client = BrokerClient(config)
+    member = GroupMember(client, lambda: BrokerClient(config), options.group,
+                         load_assignor("range"), request_timeout_ms=2000)
+    try:
+        assert member.ensure_active([topic], {topic: 2}) == ((topic, 0), (topic, 1))
+        outcomes = []
+        member.commit_async({(topic, 0): 3}, outcomes.append)
+        # Nothing polls the member's connection from here on: the request left already.
+        wait_until(lambda: committed(faulty.direct, group, topic).get(0) == 3, 10,
+                   "the asynchronous commit at the broker")
+        assert outcomes == []
+        member.settle_commits()
+        assert outcomes == [True]
+        # An answer lost on its way back: the request times out, the commit is made again.
+        lost = proxy.inject(ApiKey.OffsetCommit, "drop", match=matching(group), times=1)
+        member.commit_async({(topic, 0): 4, (topic, 1): 2}, outcomes.append)
+        member.settle_commits()
+        assert lost.injected == 1 and outcomes == [True, True]
+        assert committed(faulty.direct, group, topic) == {0: 4, 1: 2}
+    finally:
+        member.close()
+        client.close()
+
+
 # --- task retry: a Python worker killed in the middle of a read ----------------------------------
 
 def _kill_when_held(fault: Fault, proxy: FaultProxy, killed: list, timeout_s: float) -> None:

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 import kafka.errors as Errors
+from kafka.future import Future
 from kafka.protocol.consumer import (HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
                                      JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
                                      OffsetCommitRequest, OffsetCommitResponse,
@@ -800,6 +801,9 @@ class FakeClient:
         self.request_timeout_ms = request_timeout_ms
         self.bootstrap_servers = "fake:9092"
         self.closed = False
+        self._answers: list = []           # (future, answer or exception, failed) not yet polled
+        self.hold_answers = False
+        self.polls = 0
 
     def _check_open(self):
         if self.closed:
@@ -817,6 +821,33 @@ class FakeClient:
     def metadata(self, topics: Iterable[str] | None) -> dict[str, TopicInfo]:
         self._check_open()
         return self.coordinator._metadata(self, topics)
+
+    def send_now(self, node_id, request, timeout_ms: int | None = None) -> Future:
+        """The request reaches the coordinator now; its answer (or the exception ``send``
+        would raise) completes the returned future only at a later :meth:`poll` -- or never,
+        while :attr:`hold_answers` is set (then :meth:`poll` waits as a socket would)."""
+        self._check_open()
+        future = Future()
+        try:
+            answer = self.send(node_id, request, timeout_ms)
+        except Exception as exc:  # what a failed connection does to the request's future
+            self._answers.append((future, exc, True))
+        else:
+            self._answers.append((future, answer, False))
+        return future
+
+    def poll(self, timeout_ms: float) -> None:
+        self._check_open()
+        self.polls += 1
+        if self.hold_answers:
+            time.sleep(min(timeout_ms, 50) / 1000)
+            return
+        answers, self._answers = self._answers, []
+        for future, value, failed in answers:
+            if failed:
+                future.failure(value)
+            else:
+                future.success(value)
 
     def close(self) -> None:
         self.closed = True

@@ -724,6 +724,123 @@ def test_manual_assignment_commit_refused_while_the_group_has_members(fake, make
 
 
 # ------------------------------------------------------------------------------------------
+# commit_async() / settle_commits()
+# ------------------------------------------------------------------------------------------
+
+def test_commit_async_sends_at_once_and_applies_the_answer_when_settled(fake, make_member):
+    member = make_member(fake, "C0", heartbeat_interval_ms=60_000)
+    member.ensure_active(["t0"])
+    outcomes = []
+    member.commit_async({("t0", 0): 5, ("t0", 1): 2}, outcomes.append)
+    # The coordinator has it (the request left at once); the answer is not awaited.
+    assert fake.group(GROUP).offsets == {("t0", 0): 5, ("t0", 1): 2}
+    assert outcomes == []
+    member.settle_commits()
+    assert outcomes == [True]
+    member.settle_commits()                      # nothing pending: nothing happens
+    assert outcomes == [True] and len(fake.sent(OFFSET_COMMIT)) == 1
+
+
+def test_commit_async_before_joining_sends_nothing_and_reports_it(fake, make_member):
+    member = make_member(fake, "C0")
+    outcomes = []
+    member.commit_async({("t0", 0): 1}, outcomes.append)
+    assert outcomes == [False] and fake.sent(OFFSET_COMMIT) == []
+
+
+def test_commit_async_refused_for_a_stale_generation_is_not_retried(fake, make_member):
+    member = make_member(fake, "C0", heartbeat_interval_ms=60_000)
+    member.ensure_active(["t0"])
+    member_id = member.generation.member_id
+    fake.script(OFFSET_COMMIT, ILLEGAL_GENERATION)
+    outcomes = []
+    member.commit_async({("t0", 0): 5}, outcomes.append)
+    assert member.rejoin_reason() is None        # not known before the answer is applied
+    member.settle_commits()
+    assert outcomes == [False]
+    assert member.generation.generation_id == -1 and member.generation.member_id == member_id
+    assert member.rejoin_reason() is not None
+    assert len(fake.sent(OFFSET_COMMIT)) == 1 and fake.group(GROUP).offsets == {}
+
+
+@pytest.mark.parametrize("failure", [NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS,
+                                     RetriableBrokerError("connection reset")],
+                         ids=["not-coordinator", "loading", "network"])
+def test_commit_async_with_a_retriable_failure_is_made_again_synchronously(fake, make_member,
+                                                                           failure):
+    member = make_member(fake, "C0", heartbeat_interval_ms=60_000)
+    member.ensure_active(["t0"])
+    fake.script(OFFSET_COMMIT, failure)
+    outcomes = []
+    member.commit_async({("t0", 2): 9}, outcomes.append)
+    assert fake.group(GROUP).offsets == {}
+    member.settle_commits()
+    assert outcomes == [True]
+    assert len(fake.sent(OFFSET_COMMIT)) == 2
+    assert fake.group(GROUP).offsets == {("t0", 2): 9}
+
+
+def test_commit_async_whose_answer_never_comes_is_made_again_within_bounds(fake, make_member):
+    member = make_member(fake, "C0", heartbeat_interval_ms=60_000, request_timeout_ms=100)
+    member.ensure_active(["t0"])
+    outcomes = []
+    member._client.hold_answers = True           # a connection that went quiet
+    member.commit_async({("t0", 0): 4}, outcomes.append)
+    start = time.monotonic()
+    member.settle_commits()
+    assert time.monotonic() - start < 3.0
+    assert outcomes == [True] and len(fake.sent(OFFSET_COMMIT)) == 2
+
+
+def test_commits_apply_in_order_and_one_waits_for_the_one_before(fake, make_member):
+    member = make_member(fake, "C0", heartbeat_interval_ms=60_000)
+    member.ensure_active(["t0"])
+    outcomes = []
+    member.commit_async({("t0", 0): 5}, lambda ok: outcomes.append(("first", ok)))
+    member.commit_async({("t0", 0): 8}, lambda ok: outcomes.append(("second", ok)))
+    assert outcomes == [("first", True)]
+    assert member.commit({("t0", 0): 9}) is True
+    assert outcomes == [("first", True), ("second", True)]
+    assert [r.topics[0].partitions[0].committed_offset for r in fake.sent(OFFSET_COMMIT)] == [
+        5, 8, 9]
+
+
+def test_a_rejoin_first_applies_the_commit_in_flight(fake, make_member):
+    member = make_member(fake, "C0", heartbeat_interval_ms=60_000)
+    member.ensure_active(["t0"])
+    joins_when_settled = []
+    member.commit_async({("t0", 0): 5}, lambda ok: joins_when_settled.append(
+        (ok, len(fake.sent(JOIN)))))
+    member.request_rejoin("a test")
+    member.ensure_active(["t0"])
+    assert joins_when_settled == [(True, 1)]     # before the second JoinGroup went out
+    assert len(fake.sent(JOIN)) == 2
+
+
+def test_leaving_first_applies_the_commit_in_flight(fake, make_member):
+    member = make_member(fake, "C0", heartbeat_interval_ms=60_000)
+    member.ensure_active(["t0"])
+    outcomes = []
+    member.commit_async({("t0", 1): 3}, outcomes.append)
+    member.leave()
+    assert outcomes == [True]
+    assert [r.kind for r in fake.records()][-2:] == [OFFSET_COMMIT, LEAVE]
+
+
+def test_assignment_is_current_until_something_needs_the_coordinator(fake, make_member):
+    member = make_member(fake, "C0", heartbeat_interval_ms=60_000)
+    assert not member.assignment_is_current()    # not joined yet
+    member.ensure_active(["t0"])
+    assert member.assignment_is_current()
+    member.request_rejoin("a rebalance the heartbeat thread noticed")
+    assert not member.assignment_is_current()
+    member.ensure_active(["t0"])
+    assert member.assignment_is_current()
+    manual = make_member(fake, "C1", manual=[("t0", 0)])
+    assert manual.assignment_is_current()
+
+
+# ------------------------------------------------------------------------------------------
 # committed()
 # ------------------------------------------------------------------------------------------
 

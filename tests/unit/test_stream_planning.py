@@ -91,6 +91,15 @@ class FakeMember:
         self.group.update(offsets)
         return True
 
+    def commit_async(self, offsets, on_done=None):
+        # Answered at once: GroupMember's own asynchrony is tested in test_group.py.
+        accepted = self.commit(offsets)
+        if on_done is not None:
+            on_done(accepted)
+
+    def assignment_is_current(self):
+        return self.stable and self._next == self.assignment
+
     def leave(self, reason=""):
         self.left.append(reason)
         self.assignment = ()
@@ -757,6 +766,61 @@ def test_available_now_stops_at_the_target_and_leaves():
     assert len(member.left) == 1
     # Everything read was committed before leaving.
     assert member.group[T0] == 30 and member.group[T1] == 5
+
+
+def _count_list_offsets(cluster) -> list:
+    calls = []
+    list_offsets = cluster.list_offsets
+
+    def counted(targets, **kw):
+        calls.append(dict(targets))
+        return list_offsets(targets, **kw)
+
+    cluster.list_offsets = counted
+    return calls
+
+
+def test_available_now_asks_the_brokers_nothing_while_the_assignment_holds():
+    cluster = Cluster({T0: 30, T1: 5})
+    member = FakeMember([T0, T1])
+    reader = make_reader(cluster, member, startingOffsets="earliest", maxOffsetsPerTrigger="10")
+    reader.prepareForTriggerAvailableNow()
+    spark = Spark(reader)
+    metadata_before = len(cluster.metadata_calls)
+    listed = _count_list_offsets(cluster)
+    cluster.set(T0, 1000)                        # arrives after the run began: not read
+    seen, ends = [], []
+    while (read := spark.trigger()) is not None:
+        seen.extend(read)
+        ends.append(decode_offsets(spark.start)[T0])
+    assert sum(b - a for _, _, a, b in seen) == 35 and len(ends) == 4
+    assert len(cluster.metadata_calls) == metadata_before and listed == []
+    assert len(member.ensure_calls) == 1         # initialOffset's
+    # Each completed batch was still committed, and everything before leaving.
+    assert [c[T0] for c in member.commits if T0 in c] == ends
+    assert member.group == {T0: 30, T1: 5} and len(member.left) == 1
+
+
+def test_available_now_asks_again_after_a_rebalance_then_goes_quiet():
+    cluster = Cluster({T0: 30, T1: 30})
+    member = FakeMember([T0, T1])
+    reader = make_reader(cluster, member, startingOffsets="earliest", maxOffsetsPerTrigger="10")
+    reader.prepareForTriggerAvailableNow()
+    spark = Spark(reader)
+    spark.trigger()
+    metadata_before = len(cluster.metadata_calls)
+    listed = _count_list_offsets(cluster)
+    member.assign(T0)                           # a rebalance the heartbeat thread noticed
+    assert spark.trigger() == [("t", 0, 5, 15)]
+    assert len(cluster.metadata_calls) == metadata_before + 1 and len(listed) == 1
+    assert member.group[T1] == 5                # committed before the rebalance took it
+    while spark.trigger() is not None:
+        pass
+    assert len(cluster.metadata_calls) == metadata_before + 1 and len(listed) == 1
+    assert decode_offsets(spark.start) == {T0: 30}
+    member.stable = False                       # fenced: the next trigger asks again
+    assert spark.trigger() is None
+    assert len(cluster.metadata_calls) == metadata_before + 2
 
 
 def test_available_now_ignores_min_offsets_per_trigger():
