@@ -13,6 +13,11 @@ class TopicError(KafkaSourceError):
     """A topic or partition named by the user does not exist or cannot be read."""
 
 
+class TopicNotFoundError(TopicError):
+    """The cluster has no such topic, or the topic no such partition. While a planned range is
+    read this is data loss (the topic was deleted meanwhile), subject to ``failOnDataLoss``."""
+
+
 class BrokerUnavailableError(KafkaSourceError):
     """No broker answered within the time allowed."""
 

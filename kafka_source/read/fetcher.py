@@ -41,7 +41,8 @@ from typing import Callable, Iterable, Iterator, Mapping
 import kafka.errors as Errors
 import pyarrow as pa
 
-from ..errors import BrokerUnavailableError, DataLossError, KafkaSourceError, TopicError
+from ..errors import (BrokerUnavailableError, DataLossError, KafkaSourceError, TopicError,
+                      TopicNotFoundError)
 from ..wire.client import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient,
                            RetriableBrokerError, error_for)
 from ..wire.fast_decode import decode_to_arrow
@@ -217,15 +218,19 @@ class RangeFetcher:
         if missing:
             try:
                 self._leaders.update(self.client.leaders([st.tp for st in missing]))
-            except _TRANSIENT:
+            except _TRANSIENT + (TopicNotFoundError,):
                 # One partition without a leader must not hold up the others: one by one.
                 for st in missing:
                     try:
                         self._leaders.update(self.client.leaders([st.tp]))
                     except _TRANSIENT as exc:
                         self._failed([st], str(exc))
+                    except TopicNotFoundError as exc:
+                        self._vanished(st, parts, str(exc))
         groups: dict[object, list[_Partition]] = {}
         for st in ready:
+            if st.tp not in parts:
+                continue
             leader = self._leaders.get(st.tp)
             if leader is not None and st.retry_at <= now:
                 groups.setdefault(leader, []).append(st)
@@ -370,6 +375,18 @@ class RangeFetcher:
             st.retry_at = time.monotonic() + delay_ms / 1000
             log.warning("Retrying fetch of %s-%d in %d ms: %s", st.r.topic, st.r.partition,
                         delay_ms, why)
+
+    def _vanished(self, st: _Partition, parts: dict, why: str) -> None:
+        """The partition of a planned range is gone from the cluster (its topic was deleted
+        after the read was planned): data loss, as Spark treats a partition that disappears."""
+        r = st.r
+        message = (f"{r.topic}-{r.partition} no longer exists ({why}); offsets {st.position} "
+                   f"to {r.end - 1} of the range [{r.start}, {r.end}) cannot be read.")
+        if self.settings.fail_on_data_loss:
+            raise DataLossError(message + " Set the option 'failOnDataLoss' to 'false' to skip "
+                                          "them.")
+        log.warning("%s Skipping them because failOnDataLoss is false.", message)
+        del parts[st.tp]
 
     def _idle(self, parts: dict) -> None:
         """Nothing progressed this round: end or fail partitions that waited too long for

@@ -45,7 +45,7 @@ from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, Met
 
 from ..config.client_config import TLS_SETTINGS, connection_settings, uses_tls
 from ..config.secrets import reveal
-from ..errors import BrokerSecurityError, BrokerUnavailableError, TopicError
+from ..errors import BrokerSecurityError, BrokerUnavailableError, TopicError, TopicNotFoundError
 from .handshake import ConnectionManager
 from .tls import ssl_context
 
@@ -138,7 +138,7 @@ def readable_topic(topic: str, info: TopicInfo | None, bootstrap_servers: str) -
         return info
     err = error_for(code)
     if err is Errors.UnknownTopicOrPartitionError:
-        raise TopicError(f"Topic '{topic}' does not exist on the Kafka cluster at "
+        raise TopicNotFoundError(f"Topic '{topic}' does not exist on the Kafka cluster at "
                          f"'{bootstrap_servers}'.")
     if getattr(err, "retriable", False):
         raise RetriableBrokerError(f"topic '{topic}': {err.__name__}")
@@ -371,7 +371,7 @@ class BrokerClient:
             info = readable_topic(topic, infos.get(topic), self.bootstrap_servers)
             part = info.partitions.get(partition)
             if part is None:
-                raise TopicError(f"Topic '{topic}' has no partition {partition} (it has "
+                raise TopicNotFoundError(f"Topic '{topic}' has no partition {partition} (it has "
                                  f"partitions {sorted(info.partitions)}).")
             if part.leader < 0:
                 raise RetriableBrokerError(f"{topic}-{partition} has no leader")

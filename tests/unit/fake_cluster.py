@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from kafka_source.errors import TopicError
+from kafka_source.errors import TopicError, TopicNotFoundError
 from kafka_source.wire.client import BrokerClient, PartitionInfo, RetriableBrokerError, TopicInfo
 from kafka_source.wire.fetch_protocol import FetchResult, PartitionData
 from kafka_source.wire.fetch_session import FetchSession
@@ -91,6 +91,10 @@ class FakeCluster:
     topic_metadata = BrokerClient.topic_metadata
 
     def leaders(self, tps):
+        for topic, partition in tps:
+            if (topic, partition) not in self.logs:   # as BrokerClient.leaders answers it
+                raise TopicNotFoundError(f"Topic '{topic}' does not exist on the Kafka cluster "
+                                         f"at '{self.bootstrap_servers}'.")
         return {tp: self.leaders_by_partition.get(tp, self.leader) for tp in tps}
 
     def fetch_connections(self):
@@ -131,7 +135,13 @@ class FakeCluster:
         first = True   # Kafka returns an oversized batch only for the first partition with data
         for (topic, partition), offset in positions.items():
             tp = (topic, partition)
-            log = self.logs[tp]
+            log = self.logs.get(tp)
+            if log is None:                   # deleted: what a broker answers for it
+                topics.setdefault(topic, []).append(SimpleNamespace(
+                    partition_index=partition, error_code=UNKNOWN_TOPIC_OR_PARTITION,
+                    high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
+                    aborted_transactions=[], records=b""))
+                continue
             error = errors.get(tp, 0)
             limit = max_bytes.get(tp, 1 << 20) if isinstance(max_bytes, dict) else max_bytes
             data = b""

@@ -288,6 +288,32 @@ def test_one_partition_moving_its_leader_does_not_hold_up_the_others():
     assert sorted(set(cluster.opened)) == [1, 2]
 
 
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_a_topic_deleted_while_its_range_is_read_is_data_loss(fail_on_data_loss, caplog):
+    cluster = multi_cluster(n_partitions=1)
+    cluster.logs[("gone", 0)] = FakeLog(batches=[v2_batch(values(10, 10 * i), 10 * i)
+                                                 for i in range(5)])
+    fetch = cluster.fetch
+
+    def deleting_after_first_fetch(node_id, positions, **kw):
+        response = fetch(node_id, positions, **kw)
+        cluster.logs.pop(("gone", 0), None)      # the topic is deleted meanwhile
+        return response
+
+    cluster.fetch = deleting_after_first_fetch
+    ranges = [OffsetRange("t", 0, 0, 50), OffsetRange("gone", 0, 0, 50)]
+    if fail_on_data_loss:
+        with pytest.raises(DataLossError, match=r"gone-0 no longer exists \(Topic 'gone' does "
+                                                r"not exist.*offsets 10 to 49.*failOnDataLoss"):
+            read_all(cluster, ranges, partition_max_bytes=300)
+        return
+    got = read_all(cluster, ranges, partition_max_bytes=300, fail_on_data_loss=False)
+    offsets = [o for _, _, o in got]
+    assert len(got) == 60                         # all of t-0, and what gone-0 gave before
+    assert sorted(offsets) == sorted(list(range(50)) + list(range(10)))
+    assert "gone-0 no longer exists" in caplog.text and "Skipping" in caplog.text
+
+
 def test_partition_errors_back_off_that_partition_only():
     cluster = multi_cluster(n_partitions=2)
     orig = cluster.fetch
