@@ -437,8 +437,8 @@ class GroupMember:
         writes for ``group.coordinator.append.linger.ms``, 5 ms), which a synchronous commit
         would add to every trigger. The answer is applied by :meth:`settle_commits`, which every
         step that depends on it calls first -- the next commit, a rejoin (partitions are given
-        up only once their commit was accepted), :meth:`leave` -- and ``on_done(accepted)``
-        then runs. A commit the answer shows to have failed for a retriable reason (coordinator
+        up only once their commit was accepted), :meth:`leave`; the stream reader also calls it
+        at the start of each trigger -- and ``on_done(accepted)`` then runs. A commit the answer shows to have failed for a retriable reason (coordinator
         moved, network error, timeout) is made again synchronously there, with the retries of
         :meth:`commit`; one refused because the member was fenced is not (``on_done(False)``:
         the caller commits again once it owns the partitions in the new generation).

@@ -11,8 +11,8 @@ One trigger, as seen from here (``latestOffset(start, limit)``):
    group now (:meth:`KafkaStreamReader._commit_completed`). This is what makes the group's
    committed offsets follow the query, including the last batch of an AvailableNow run and an
    idle stream -- Spark's own ``commit(end)`` comes a batch later and not at all at the end.
-   The OffsetCommit is sent without waiting for its answer, which is applied before anything
-   depends on it: the next commit, a rejoin, leaving the group
+   The OffsetCommit is sent without waiting for its answer, which is applied at the next
+   trigger, or before a rejoin or leaving the group if they come first
    (:meth:`kafka_source.group.member.GroupMember.commit_async`).
 2. Metadata is refreshed and the membership checked (:class:`kafka_source.group.member.GroupMember`):
    a rebalance the heartbeat thread noticed, a new topic matching ``subscribePattern`` or new
@@ -168,6 +168,9 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         start_pos = decode_offsets(start)
         member = self.member
+        # The last trigger's commit: answered long ago (a micro-batch ran since); a refusal
+        # (fenced member) is known before this trigger decides anything.
+        member.settle_commits()
         if self._available_now_unchanged(start_pos):
             # Nothing to ask the brokers (module docstring, "Trigger.AvailableNow").
             self._commit_completed(start_pos)

@@ -69,6 +69,7 @@ class FakeMember:
         self.left: list[str] = []
         self.closed = False
         self.refuse_commits = False
+        self.settles = 0
 
     def assign(self, *tps):
         self._next = tuple(sorted(tps))
@@ -96,6 +97,9 @@ class FakeMember:
         accepted = self.commit(offsets)
         if on_done is not None:
             on_done(accepted)
+
+    def settle_commits(self):
+        self.settles += 1
 
     def assignment_is_current(self):
         return self.stable and self._next == self.assignment
@@ -359,6 +363,8 @@ def test_commits_follow_completed_batches_once_each():
     assert member.commits == [{T0: 10, T1: 20}, {T0: 15}]
     reader.commit(spark.start)
     assert member.commits == [{T0: 10, T1: 20}, {T0: 15}]
+    # Every trigger first applies the answer to the commit before (an idle stream sends none).
+    assert member.settles == 4
 
 
 def test_idle_start_is_never_committed():
