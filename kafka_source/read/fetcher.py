@@ -41,7 +41,7 @@ from typing import Callable, Iterable, Iterator, Mapping
 import kafka.errors as Errors
 import pyarrow as pa
 
-from ..errors import (BrokerUnavailableError, DataLossError, KafkaSourceError, TopicError,
+from ..errors import (BrokerUnavailableError, KafkaSourceError, TopicError,
                       TopicNotFoundError)
 from ..wire.client import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient,
                            RetriableBrokerError, error_for)
@@ -49,7 +49,7 @@ from ..wire.fast_decode import decode_to_arrow
 from ..wire.fetch_protocol import FetchPartitionRequest, FetchResult, PartitionData
 from ..wire.fetch_session import FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH
 from ..wire.records import Record, decode_records, scan_batches
-from .offsets import OffsetRange
+from .offsets import OffsetRange, on_data_loss
 
 log = logging.getLogger(__name__)
 
@@ -382,10 +382,9 @@ class RangeFetcher:
         r = st.r
         message = (f"{r.topic}-{r.partition} no longer exists ({why}); offsets {st.position} "
                    f"to {r.end - 1} of the range [{r.start}, {r.end}) cannot be read.")
-        if self.settings.fail_on_data_loss:
-            raise DataLossError(message + " Set the option 'failOnDataLoss' to 'false' to skip "
-                                          "them.")
-        log.warning("%s Skipping them because failOnDataLoss is false.", message)
+        on_data_loss(self.settings.fail_on_data_loss, message,
+                     remedy="Set the option 'failOnDataLoss' to 'false' to skip them.",
+                     action="Skipping them", logger=log)
         del parts[st.tp]
 
     def _idle(self, parts: dict) -> None:
@@ -401,10 +400,10 @@ class RangeFetcher:
                        f"{st.available}" + (" (last stable offset)" if s.read_committed else "")
                        + f". Waited {s.poll_timeout_ms} ms (option "
                        "'kafkaConsumer.pollTimeoutMs').")
-            if s.fail_on_data_loss:
-                raise DataLossError(message + " Set 'failOnDataLoss' to 'false' to end the "
-                                              "range early instead.")
-            log.warning("%s Ending the range early because failOnDataLoss is false.", message)
+            on_data_loss(s.fail_on_data_loss, message,
+                         remedy="Set 'failOnDataLoss' to 'false' to end the range early "
+                                "instead.",
+                         action="Ending the range early", logger=log)
             del parts[st.tp]
         for st in parts.values():
             if st.starved and st.deadline.passed:
@@ -430,19 +429,19 @@ class RangeFetcher:
             message = (f"Offsets {position} to {min(log_start, r.end) - 1} of {r.topic}-"
                        f"{r.partition} are no longer in Kafka (the log now starts at {log_start}):"
                        " they were deleted by retention or compaction while the query ran.")
-            if self.settings.fail_on_data_loss:
-                raise DataLossError(message + " Set the option 'failOnDataLoss' to 'false' to "
-                                              "read what is still available instead.")
-            log.warning("%s Skipping them because failOnDataLoss is false.", message)
+            on_data_loss(self.settings.fail_on_data_loss, message,
+                         remedy="Set the option 'failOnDataLoss' to 'false' to read what is "
+                                "still available instead.",
+                         action="Skipping them", logger=log)
             return log_start, log_start >= r.end
         latest = self.client.list_offsets({tp: LATEST_TIMESTAMP},
                                           read_committed=self.settings.read_committed)[tp][0]
         message = (f"Offset {position} of {r.topic}-{r.partition} is beyond the end of the log "
                    f"({latest}): the log was truncated or the topic was recreated.")
-        if self.settings.fail_on_data_loss:
-            raise DataLossError(message + " Set the option 'failOnDataLoss' to 'false' to skip "
-                                          "the missing offsets instead.")
-        log.warning("%s Ending the range because failOnDataLoss is false.", message)
+        on_data_loss(self.settings.fail_on_data_loss, message,
+                     remedy="Set the option 'failOnDataLoss' to 'false' to skip the missing "
+                            "offsets instead.",
+                     action="Ending the range", logger=log)
         return position, True
 
 

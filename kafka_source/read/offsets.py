@@ -209,6 +209,16 @@ def plan_batch_ranges(client: BrokerClient, options: SourceOptions) -> list[Offs
     return ranges
 
 
+def on_data_loss(fail: bool, message: str, *, remedy: str, action: str,
+                 logger: logging.Logger = log) -> None:
+    """``failOnDataLoss`` in one place: with ``fail``, a DataLossError saying ``message`` and
+    ``remedy`` (how to go on with 'failOnDataLoss' false); else a warning on ``logger`` that
+    ``action`` is taken instead."""
+    if fail:
+        raise DataLossError(f"{message} {remedy}")
+    logger.warning("%s %s because failOnDataLoss is false.", message, action)
+
+
 def check_start_for_data_loss(tp: TopicPartition, start: int, log_start: int,
                               options: SourceOptions) -> int:
     """Where reading of ``tp`` can really start; fails or warns when ``start`` is gone."""
@@ -217,9 +227,8 @@ def check_start_for_data_loss(tp: TopicPartition, start: int, log_start: int,
     message = (f"Offsets {start} to {log_start - 1} of {tp[0]}-{tp[1]} are no longer in Kafka "
                f"(the log now starts at {log_start}): the data was deleted by retention or "
                "compaction, or the topic was recreated.")
-    if options.fail_on_data_loss:
-        raise DataLossError(message + " Set the option 'failOnDataLoss' to 'false' to read "
-                                      "what is still available instead.")
-    log.warning("%s Continuing from offset %d because failOnDataLoss is false.", message,
-                log_start)
+    on_data_loss(options.fail_on_data_loss, message,
+                 remedy="Set the option 'failOnDataLoss' to 'false' to read what is still "
+                        "available instead.",
+                 action=f"Continuing from offset {log_start}")
     return log_start

@@ -62,8 +62,8 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
 
 from .admission import hold_back, rate_limit
 from ..wire.client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient, TopicPartition
-from ..errors import DataLossError, OptionError
-from .offsets import (OffsetRange, OffsetResolver, check_start_for_data_loss,
+from ..errors import OptionError
+from .offsets import (OffsetRange, OffsetResolver, check_start_for_data_loss, on_data_loss,
                       partitions_in_metadata, planning_retries, subscription_topics)
 from ..config.options import StreamOptions
 from .planning import plan_input_partitions
@@ -388,10 +388,10 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         return {tp: off for tp, (off, _) in listed.items()}
 
     def _data_loss(self, message: str, action: str) -> None:
-        if self.options.source.fail_on_data_loss:
-            raise DataLossError(message + " Set the option 'failOnDataLoss' to 'false' to go on "
-                                          "with what is still available.")
-        log.warning("%s %s because failOnDataLoss is false.", message, action)
+        on_data_loss(self.options.source.fail_on_data_loss, message,
+                     remedy="Set the option 'failOnDataLoss' to 'false' to go on with what is "
+                            "still available.",
+                     action=action, logger=log)
 
 
 def _now_ms() -> int:
