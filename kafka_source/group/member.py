@@ -61,9 +61,8 @@ _RETRY = _COORDINATOR_MOVED + (Errors.CoordinatorLoadInProgressError,
 class _PendingCommit:
     """A commit :meth:`GroupMember.commit_async` sent (``future`` None: it could not be sent)."""
     offsets: dict
-    request: object
     future: object
-    on_done: Callable[[bool], None] | None
+    on_done: Callable[[bool], None]
 
 
 @dataclass(frozen=True)
@@ -438,10 +437,11 @@ class GroupMember:
         would add to every trigger. The answer is applied by :meth:`settle_commits`, which every
         step that depends on it calls first -- the next commit, a rejoin (partitions are given
         up only once their commit was accepted), :meth:`leave`; the stream reader also calls it
-        at the start of each trigger -- and ``on_done(accepted)`` then runs. A commit the answer shows to have failed for a retriable reason (coordinator
-        moved, network error, timeout) is made again synchronously there, with the retries of
-        :meth:`commit`; one refused because the member was fenced is not (``on_done(False)``:
-        the caller commits again once it owns the partitions in the new generation).
+        at the start of each trigger -- and ``on_done(accepted)`` then runs. A commit the answer
+        shows to have failed for a retriable reason (coordinator moved, network error, timeout)
+        is made again synchronously there, with the retries of :meth:`commit`; one refused
+        because the member was fenced is not (``on_done(False)``: the caller commits again once
+        it owns the partitions in the new generation).
         """
         self.settle_commits()
         request = self._commit_request(offsets)
@@ -455,7 +455,8 @@ class GroupMember:
             # settle_commits commits synchronously instead, with the retries of commit().
             log.debug("Group '%s': OffsetCommit not sent (%s)", self.group_id, exc)
             future = None
-        self._pending_commit = _PendingCommit(dict(offsets), request, future, on_done)
+        self._pending_commit = _PendingCommit(dict(offsets), future,
+                                              on_done or (lambda accepted: None))
 
     def settle_commits(self) -> None:
         """Wait for the answer to a commit :meth:`commit_async` sent and apply it (bounded: the
@@ -464,8 +465,13 @@ class GroupMember:
         pending, self._pending_commit = self._pending_commit, None
         if pending is None:
             return
-        fenced: list = []
-        ok = None
+        accepted = False
+        try:
+            accepted = self._settle(pending)
+        finally:                              # also when it raises: the commit did not happen
+            pending.on_done(accepted)
+
+    def _settle(self, pending: "_PendingCommit") -> bool:
         future = pending.future
         if future is not None:
             deadline = time.monotonic() + self.request_timeout_ms / 1000 + 1
@@ -475,28 +481,16 @@ class GroupMember:
             except Exception as exc:
                 log.debug("Group '%s': waiting for OffsetCommit failed (%s)", self.group_id, exc)
             if future.succeeded():
-                try:
-                    ok = self._commit_outcome(future.value, fenced)
-                except KafkaSourceError:
-                    if pending.on_done is not None:
-                        pending.on_done(False)
-                    raise
-            elif future.failed() or not future.is_done:
+                fenced: list = []
+                ok = self._commit_outcome(future.value, fenced)
+                if ok is not None:
+                    return self._commit_done(pending.offsets, ok, fenced)
+            else:
                 self._node = None             # a network failure: rediscover the coordinator
-        if ok is None:
-            # Not sent, not answered, or answered with a retriable error: commit again and wait.
-            log.info("Group '%s': asynchronous commit of %s did not complete; committing again",
-                     self.group_id, _describe_offsets(pending.offsets))
-            try:
-                accepted = self.commit(pending.offsets)
-            except Exception:
-                if pending.on_done is not None:
-                    pending.on_done(False)
-                raise
-        else:
-            accepted = self._commit_done(pending.offsets, ok, fenced)
-        if pending.on_done is not None:
-            pending.on_done(accepted)
+        # Not sent, not answered, or answered with a retriable error: commit again and wait.
+        log.info("Group '%s': asynchronous commit of %s did not complete; committing again",
+                 self.group_id, _describe_offsets(pending.offsets))
+        return self.commit(pending.offsets)
 
     def _commit_request(self, offsets: Mapping[TopicPartition, int]):
         """The OffsetCommit request for ``offsets`` in this member's generation (None: nothing
