@@ -16,9 +16,12 @@ broker (Kafka 2.x and 3.x) opens its listeners *before* the controller sent it t
 metadata and meanwhile answers Metadata with no brokers and UNKNOWN_TOPIC_OR_PARTITION for every
 topic (KAFKA-15161) -- the "Topic does not exist" of a batch read planned during a bounce.
 Hence, as Kafka's Java client does, a Metadata answer without any broker is not an answer about
-the cluster: :meth:`BrokerClient.metadata` raises :class:`RetriableBrokerError` for it. An
-answer that lists brokers comes from a broker that knows the cluster, so UNKNOWN_TOPIC_OR_PARTITION
-in it means the topic does not exist, and is reported at once. :class:`Retries` is the one
+the cluster: :meth:`BrokerClient.metadata` raises :class:`RetriableBrokerError` for it. Then the
+ZooKeeper-mode broker learns the brokers, and for a while longer still not the partitions: it
+answers *with* brokers and UNKNOWN_TOPIC_OR_PARTITION (measured on Kafka 2.2). So an answer that
+lacks a topic or partition that was there is doubted, and one that calls a new topic unknown is
+checked against the broker's whole topic list, before either is believed; answers with older
+leader epochs than seen are stale (:mod:`kafka_source.wire.metadata_view`). :class:`Retries` is the one
 bounded retry policy the driver's planning uses for all of this (``fetchOffset.numRetries``,
 ``fetchOffset.retryIntervalMs``, at least ``kafka.request.timeout.ms``).
 
@@ -47,6 +50,7 @@ from ..config.client_config import TLS_SETTINGS, connection_settings, uses_tls
 from ..config.secrets import reveal
 from ..errors import BrokerSecurityError, BrokerUnavailableError, TopicError, TopicNotFoundError
 from .handshake import ConnectionManager
+from .metadata_view import MetadataView, UnconfirmedAnswer, confirm_ms_for
 from .tls import ssl_context
 
 log = logging.getLogger(__name__)
@@ -65,6 +69,7 @@ _RETRIABLE_NETWORK_ERRORS = (Errors.KafkaConnectionError, Errors.NodeNotReadyErr
 class PartitionInfo:
     leader: int  # -1 while no leader is available
     error_code: int
+    leader_epoch: int = -1   # Metadata v7+ (Kafka 2.1+); -1 when the broker gives none
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,16 @@ class TopicInfo:
 
 class RetriableBrokerError(Exception):
     """A failure worth retrying after refreshing metadata (leader moved, broker restarting)."""
+
+
+class UnsettledMetadata(RetriableBrokerError):
+    """A Metadata answer not believed yet (:mod:`kafka_source.wire.metadata_view`): stale, or
+    lacking topics or partitions that existed. ``infos`` is what it said: when the retries run
+    out, that is the answer after all (see :meth:`BrokerClient.topic_metadata`)."""
+
+    def __init__(self, message: str, infos=None):
+        super().__init__(message)
+        self.infos = infos
 
 
 def error_for(code: int) -> type[Errors.KafkaError]:
@@ -130,8 +145,9 @@ def readable_topic(topic: str, info: TopicInfo | None, bootstrap_servers: str) -
     """``info`` (Metadata of ``topic``) if the topic can be read; else a clear TopicError, or
     RetriableBrokerError for a transient error (e.g. LEADER_NOT_AVAILABLE while it is created).
 
-    Only for answers from a broker that knows the cluster (see :meth:`BrokerClient.metadata`):
-    there UNKNOWN_TOPIC_OR_PARTITION means the topic does not exist.
+    Only for answers that were believed (:meth:`BrokerClient.topic_metadata`,
+    :meth:`BrokerClient.leaders`): there UNKNOWN_TOPIC_OR_PARTITION means the topic does not
+    exist.
     """
     code = info.error_code if info else Errors.UnknownTopicOrPartitionError.errno
     if code == 0:
@@ -163,6 +179,10 @@ class BrokerClient:
         self._fetch_connections = None
         # The leader of every partition looked up so far (planning orders tasks by it).
         self.known_leaders: dict[TopicPartition, int] = {}
+        # Leader epochs and partitions seen; how far to believe the next answer.
+        self.view = MetadataView(confirm_ms_for(self.request_timeout_ms))
+        self.last_node = None                # the broker the last request went to
+        self.last_metadata_node = None       # the broker that gave the last Metadata answer
 
     def _network(self, settings: Mapping[str, object]):
         """kafka-python's network client for ``settings`` with our connection manager (TLS
@@ -225,6 +245,7 @@ class BrokerClient:
         net = self._net
         if node_id is None:
             node_id = net.least_loaded_node(bootstrap_fallback=True)
+        self.last_node = node_id
         try:
             net.await_ready(node_id, timeout_ms=timeout_ms)
             future = net._manager.send(request, node_id=node_id, request_timeout_ms=timeout_ms)
@@ -313,12 +334,16 @@ class BrokerClient:
 
     # --- metadata --------------------------------------------------------------------------
 
-    def metadata(self, topics: Iterable[str] | None) -> dict[str, TopicInfo]:
-        """Metadata of the named topics (all topics when None). Never creates topics.
+    def metadata(self, topics: Iterable[str] | None, *, node=None) -> dict[str, TopicInfo]:
+        """Metadata of the named topics (all topics when None), from ``node`` (default: a broker
+        other than one whose answer was doubted last, else the least loaded). Never creates
+        topics; the answer is taken as it is, apart from the two checks below. What it says of
+        missing topics is for :meth:`topic_metadata` and :meth:`leaders` to weigh.
 
         RetriableBrokerError when no broker answers, or when the answer lists no brokers: the
         broker that gave it does not know the cluster's state (starting or shutting down, see
-        the module docstring), so its topic errors mean nothing.
+        the module docstring), so its topic errors mean nothing. :class:`UnsettledMetadata` when
+        it has an older leader epoch for a partition than seen before.
         """
         names = None if topics is None else sorted(set(topics))
         request = MetadataRequest(
@@ -328,30 +353,82 @@ class BrokerClient:
             include_cluster_authorized_operations=False,
             include_topic_authorized_operations=False,
         )
-        response = self.send(None, request)
+        if node is None:
+            node = self._metadata_node()
+        try:
+            response = self.send(node, request)
+        except RetriableBrokerError:
+            self.view.avoid = self.last_node        # unreachable: ask another broker next
+            raise
+        node = self.last_node
         if not response.brokers:
+            self.view.avoid = node
             raise RetriableBrokerError(
                 "a broker answered Metadata without any broker (controller "
                 f"{getattr(response, 'controller_id', -1)}): it does not know the cluster's state "
                 "yet (restarting?)")
-        self._net.cluster.update_metadata(response)
         result = {}
         for topic in response.topics:
-            parts = {p.partition_index: PartitionInfo(p.leader_id, p.error_code)
+            parts = {p.partition_index: PartitionInfo(p.leader_id, p.error_code,
+                                                      getattr(p, "leader_epoch", -1))
                      for p in topic.partitions}
             result[topic.name] = TopicInfo(topic.name, topic.error_code, parts)
+        try:
+            self.view.check_epochs(node, {(t, p): i.leader_epoch for t, info in result.items()
+                                          for p, i in info.partitions.items()})
+        except UnconfirmedAnswer as exc:
+            raise UnsettledMetadata(str(exc)) from None
+        self._net.cluster.update_metadata(response)
+        self.view.seen(result)
+        self.last_metadata_node = node
         return result
 
-    def topic_metadata(self, topics: Iterable[str] | None, retries: Retries
-                       ) -> dict[str, TopicInfo]:
-        """:meth:`metadata`, retried under ``retries`` while it fails or a topic has a transient
-        error other than UNKNOWN_TOPIC_OR_PARTITION (e.g. LEADER_NOT_AVAILABLE right after the
-        topic was created). A topic that does not exist comes back with its error code at once,
-        for the caller to report (:func:`readable_topic`)."""
+    def _metadata_node(self):
+        """Where to send Metadata: after a doubted answer or a failure, each of the other known
+        brokers in turn; otherwise None, the least loaded broker (:meth:`send`'s choice)."""
+        avoid, self.view.avoid = self.view.avoid, None
+        if avoid is not None:
+            ids = sorted((b.node_id for b in self._net.cluster.brokers()), key=str)
+            others = [i for i in ids if i != avoid]
+            if others:   # the next one after ``avoid``, round the ring
+                later = [i for i in others if str(i) > str(avoid)]
+                return (later or others)[0]
+        return None
+
+    def topic_metadata(self, topics: Iterable[str] | None, retries: Retries, *,
+                       expected: Iterable[str] | None = None) -> dict[str, TopicInfo]:
+        """:meth:`metadata`, retried under ``retries`` while it fails, while a topic has a
+        transient error other than UNKNOWN_TOPIC_OR_PARTITION (e.g. LEADER_NOT_AVAILABLE right
+        after the topic was created), and while the answer is not believed
+        (:mod:`kafka_source.wire.metadata_view`):
+
+        * partitions seen before of the ``expected`` topics (default: of the named topics) that
+          the answer lacks are doubted, for a bounded time, asking other brokers;
+        * a named topic never seen that the answer calls unknown is believed missing only if
+          the broker that answered lists other topics; one that lists none is starting.
+
+        A topic that does not exist comes back with its error code, for the caller to report
+        (:func:`readable_topic`). If the retries run out while an answer is doubted, that
+        answer is taken."""
         names = None if topics is None else sorted(set(topics))
+        expect = names if expected is None else sorted(set(expected))
 
         def attempt():
             infos = self.metadata(names)
+            node = self.last_metadata_node
+            try:
+                self.view.confirm_present(node, infos, self.view.known_partitions(expect or ()))
+            except UnconfirmedAnswer as exc:
+                raise UnsettledMetadata(str(exc), infos) from None
+            unknown = [t for t in names or () if infos.get(t) is None
+                       or infos[t].error_code == Errors.UnknownTopicOrPartitionError.errno]
+            if unknown and not any(info.error_code == 0
+                                   for info in self.metadata(None, node=node).values()):
+                self.view.avoid = node
+                raise UnsettledMetadata(
+                    f"broker {node} lists no topic at all, so its 'unknown topic' for "
+                    f"{', '.join(repr(t) for t in unknown)} means nothing yet (it has not "
+                    "learnt the cluster's partitions: starting?)", infos)
             troubled = sorted(t for t, i in infos.items()
                               if i.error_code not in (0, Errors.UnknownTopicOrPartitionError.errno)
                               and getattr(error_for(i.error_code), "retriable", False))
@@ -360,12 +437,26 @@ class BrokerClient:
                     f"'{t}': {error_for(infos[t].error_code).__name__}" for t in troubled))
             return infos
 
-        return retries.run(attempt, what="get topic metadata", where=self.bootstrap_servers)
+        try:
+            return retries.run(attempt, what="get topic metadata", where=self.bootstrap_servers)
+        except BrokerUnavailableError as exc:
+            doubted = exc.__cause__
+            if isinstance(doubted, UnsettledMetadata) and doubted.infos is not None:
+                log.warning("Taking the last Metadata answer although it is doubted: %s",
+                            doubted)
+                return doubted.infos
+            raise
 
     def leaders(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """The current leader of each partition; RetriableBrokerError while one has none."""
+        """The current leader of each partition; RetriableBrokerError while one has none, and
+        while an answer lacking one of them is doubted (they are all taken to have existed:
+        they come from metadata or from a planned range); then TopicNotFoundError."""
         partitions = list(partitions)
         infos = self.metadata({t for t, _ in partitions})
+        try:
+            self.view.confirm_present(self.last_metadata_node, infos, partitions)
+        except UnconfirmedAnswer as exc:
+            raise UnsettledMetadata(str(exc), infos) from None
         result = {}
         for topic, partition in partitions:
             info = readable_topic(topic, infos.get(topic), self.bootstrap_servers)

@@ -23,6 +23,7 @@ from kafka_source.errors import TopicError, TopicNotFoundError
 from kafka_source.wire.client import BrokerClient, PartitionInfo, RetriableBrokerError, TopicInfo
 from kafka_source.wire.fetch_protocol import FetchResult, PartitionData
 from kafka_source.wire.fetch_session import FetchSession
+from kafka_source.wire.metadata_view import MetadataView
 
 OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -55,6 +56,10 @@ class FakeCluster:
         self.metadata_calls: list = []
         self.topic_errors: dict[str, list[int]] = {}   # topic -> queued error codes
         self.metadata_failures: list[Exception] = []    # raised by the next metadata() calls
+        # What BrokerClient keeps of the answers; vanished partitions are believed after two
+        # answers (no waiting: the time bound is tested with BrokerClient in test_client.py).
+        self.view = MetadataView(confirm_ms=0)
+        self.last_metadata_node = self.leader
 
     def hw(self, tp) -> int:
         log = self.logs[tp]
@@ -64,7 +69,7 @@ class FakeCluster:
 
     # --- BrokerClient API used by fetcher/offsets -------------------------------------------
 
-    def metadata(self, topics):
+    def metadata(self, topics, *, node=None):
         """Metadata as a broker answers it, without auto-creating topics; a topic with queued
         codes in ``topic_errors`` answers the next one instead. Queued exceptions in
         ``metadata_failures`` are raised first, one per call (e.g. a broker restarting)."""
@@ -84,9 +89,10 @@ class FakeCluster:
                 parts = {0: PartitionInfo(self.leader, 0)}
             # What a broker answers for a topic that does not exist (no auto-creation).
             result[topic] = TopicInfo(topic, 0 if parts else UNKNOWN_TOPIC_OR_PARTITION, parts)
+        self.view.seen(result)
         return result
 
-    # The real retry loop around ``metadata`` (it only uses ``metadata`` and
+    # The real retry loop around ``metadata`` (it only uses ``metadata``, ``view`` and
     # ``bootstrap_servers``), so planning is tested with the retries it really has.
     topic_metadata = BrokerClient.topic_metadata
 

@@ -17,17 +17,23 @@ UNKNOWN_TOPIC_OR_PARTITION = 3
 LEADER_NOT_AVAILABLE = 5
 TOPIC_AUTHORIZATION_FAILED = 29
 
-def answer(topics: dict[str, int], *, brokers=((1, "127.0.0.1", 9092),)):
-    """A Metadata response (v9): ``topics`` maps name -> error code; partition 0 led by 1."""
+THREE_BROKERS = ((1, "127.0.0.1", 9092), (2, "127.0.0.1", 9093), (3, "127.0.0.1", 9094))
+
+
+def answer(topics: dict[str, int], *, brokers=((1, "127.0.0.1", 9092),), epoch=0,
+           partitions=1):
+    """A Metadata response (v9): ``topics`` maps name -> error code; partitions 0.. led by 1
+    with leader epoch ``epoch``."""
     R = MetadataResponse
+    P = R.MetadataResponseTopic.MetadataResponsePartition
     response = R(version=9, throttle_time_ms=0, cluster_id="c", controller_id=1 if brokers else -1,
              brokers=[R.MetadataResponseBroker(node_id=n, host=h, port=p, rack=None)
                       for n, h, p in brokers],
              topics=[R.MetadataResponseTopic(
                  error_code=code, name=t, is_internal=False, partitions=[] if code else [
-                     R.MetadataResponseTopic.MetadataResponsePartition(
-                         error_code=0, partition_index=0, leader_id=1, leader_epoch=0,
-                         replica_nodes=[1], isr_nodes=[1], offline_replicas=[])])
+                     P(error_code=0, partition_index=i, leader_id=1, leader_epoch=epoch,
+                       replica_nodes=[1], isr_nodes=[1], offline_replicas=[])
+                     for i in range(partitions)])
                  for t, code in topics.items()])
     return R.decode(response.encode(), version=9)   # as it comes off the wire
 
@@ -39,9 +45,12 @@ class Scripted(BrokerClient):
         super().__init__({"bootstrap_servers": "broker:9092", "request_timeout_ms": 0})
         self.answers = list(answers)
         self.sent = 0
+        self.nodes: list = []          # the node each request was sent to (None: any)
 
     def send(self, node_id, request, timeout_ms=None):
         self.sent += 1
+        self.nodes.append(node_id)
+        self.last_node = 1 if node_id is None else node_id   # as if broker 1 were least loaded
         step = self.answers.pop(0)
         if isinstance(step, Exception):
             raise step
@@ -77,10 +86,85 @@ def test_topic_metadata_retries_a_restarting_broker_then_answers():
 
 
 def test_topic_metadata_reports_a_missing_topic_at_once_when_the_cluster_answers_normally():
-    with Scripted(answer({"t": 0, "nope": UNKNOWN_TOPIC_OR_PARTITION})) as client:
+    # One look at the broker's whole topic list: it knows topics, so it knows the cluster.
+    with Scripted(answer({"t": 0, "nope": UNKNOWN_TOPIC_OR_PARTITION}),
+                  answer({"t": 0, "other": 0})) as client:
         infos = client.topic_metadata(["t", "nope"], NO_WAIT)
     assert infos["nope"].error_code == UNKNOWN_TOPIC_OR_PARTITION
-    assert client.sent == 1
+    assert client.sent == 2 and client.nodes == [None, 1]   # the list from the same broker
+
+
+def test_topic_metadata_waits_for_a_broker_that_knows_the_brokers_but_no_partitions():
+    # A ZooKeeper-mode broker just after a restart (measured on Kafka 2.2): brokers listed,
+    # every topic unknown, and its whole topic list empty, until the controller sends the
+    # partitions.
+    with Scripted(answer({"t": UNKNOWN_TOPIC_OR_PARTITION}), answer({}),
+                  answer({"t": 0})) as client:
+        infos = client.topic_metadata(["t"], NO_WAIT)
+    assert infos["t"].error_code == 0 and client.sent == 3
+
+
+def test_topic_metadata_doubts_a_topic_it_has_seen_until_answers_agree_for_the_bound(
+        monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr("kafka_source.wire.metadata_view.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("kafka_source.wire.client.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("kafka_source.wire.client.time.sleep",
+                        lambda s: clock.__setitem__(0, clock[0] + s))
+    gone = answer({"t": UNKNOWN_TOPIC_OR_PARTITION}, brokers=THREE_BROKERS)
+    with Scripted(answer({"t": 0}, brokers=THREE_BROKERS, partitions=2),
+                  *[gone] * 4, answer({"other": 0})) as client:
+        client.view = type(client.view)(confirm_ms=3_000, clock=lambda: clock[0])
+        assert client.topic_metadata(["t"], NO_WAIT)["t"].error_code == 0
+        retries = Retries(count=3, interval_ms=1000, window_ms=30_000)
+        infos = client.topic_metadata(["t"], retries)
+    assert infos["t"].error_code == UNKNOWN_TOPIC_OR_PARTITION
+    # Believed after 3 s (4 answers 1 s apart); each doubting answer sends the next question
+    # to the next broker, and the whole topic list then comes from the last one.
+    assert client.nodes[1:] == [None, 2, 3, 1, 1]
+    assert 3.0 <= clock[0] < 4.5
+
+
+def test_a_doubted_topic_that_one_broker_still_has_is_there():
+    with Scripted(answer({"t": 0}), answer({"t": UNKNOWN_TOPIC_OR_PARTITION}),
+                  answer({"t": 0})) as client:
+        client.topic_metadata(["t"], NO_WAIT)
+        assert client.topic_metadata(["t"], NO_WAIT)["t"].error_code == 0
+    assert client.sent == 3
+
+
+def test_a_partition_that_was_there_is_doubted_too():
+    with Scripted(answer({"t": 0}, partitions=2), answer({"t": 0}, partitions=1),
+                  answer({"t": 0}, partitions=2)) as client:
+        client.topic_metadata(["t"], NO_WAIT)
+        assert sorted(client.topic_metadata(["t"], NO_WAIT)["t"].partitions) == [0, 1]
+    assert client.sent == 3
+
+
+def test_when_the_retries_run_out_the_doubted_answer_is_taken():
+    with Scripted(answer({"t": 0}), *[answer({"t": UNKNOWN_TOPIC_OR_PARTITION})] * 3) as client:
+        client.view = type(client.view)(confirm_ms=60_000)
+        client.topic_metadata(["t"], NO_WAIT)
+        infos = client.topic_metadata(["t"], Retries(count=1, interval_ms=0, window_ms=0))
+    assert infos["t"].error_code == UNKNOWN_TOPIC_OR_PARTITION and client.sent == 3
+
+
+def test_an_answer_with_an_older_leader_epoch_is_stale(monkeypatch):
+    clock = [0.0]
+    with Scripted(answer({"t": 0}, epoch=5, brokers=THREE_BROKERS),
+                  answer({"t": 0}, epoch=4, brokers=THREE_BROKERS),
+                  answer({"t": 0}, epoch=6, brokers=THREE_BROKERS),
+                  *[answer({"t": 0}, epoch=0, brokers=THREE_BROKERS)] * 2) as client:
+        client.view = type(client.view)(confirm_ms=5_000, clock=lambda: clock[0])
+        client.leaders([("t", 0)])
+        with pytest.raises(RetriableBrokerError, match="older view.*t-0 epoch 4 < 5"):
+            client.leaders([("t", 0)])
+        assert client.leaders([("t", 0)]) == {("t", 0): 1}
+        assert client.nodes[2] in (2, 3)               # asked another broker after that
+        with pytest.raises(RetriableBrokerError, match="epoch 0 < 6"):
+            client.metadata(["t"])
+        clock[0] = 6.0                                  # recreated: epochs start again
+        assert client.metadata(["t"])["t"].partitions[0].leader_epoch == 0
 
 
 def test_topic_metadata_retries_transient_topic_errors():
@@ -100,7 +184,10 @@ def test_topic_metadata_gives_up_within_its_bounds_naming_the_options():
 
 
 def test_leaders_of_a_missing_topic_is_a_clear_error_and_unauthorized_is_not_retried():
-    with Scripted(answer({"nope": UNKNOWN_TOPIC_OR_PARTITION})) as client:
+    # The partitions asked for existed (planned ranges): a second answer must agree.
+    with Scripted(*[answer({"nope": UNKNOWN_TOPIC_OR_PARTITION})] * 2) as client:
+        with pytest.raises(RetriableBrokerError, match="does not know nope-0"):
+            client.leaders([("nope", 0)])
         with pytest.raises(TopicError, match="'nope' does not exist.*broker:9092"):
             client.leaders([("nope", 0)])
     with Scripted(answer({"secret": TOPIC_AUTHORIZATION_FAILED})) as client:
