@@ -21,6 +21,15 @@ Retriable errors lead to rediscovery or a rejoin, never to a failed query; error
 (authorization, an assignor other members do not share, a session timeout the broker refuses) fail
 with a message naming the option at fault.
 
+Fencing is not a rejoin like the others. A member that rejoins because the group is rebalancing
+commits first and owns its partitions until it has rejoined; a fenced member (its session expired,
+or it did not rejoin within ``kafka.max.poll.interval.ms`` because a micro-batch ran longer) lost
+its generation, and the group went on without it: another member may have owned its partitions,
+read them and committed newer offsets meanwhile. Getting the same partitions back proves nothing
+about that, so :attr:`GroupMember.generations_lost` counts these losses, and the stream reader
+adopts the partitions of a fenced member again from the group's committed offsets instead of
+trusting (and committing) what it had.
+
 With ``assign`` (manual assignment) the query does not join: it only reads and commits offsets
 under the group id, as a Java consumer with ``assign()`` does (generation -1).
 """
@@ -100,6 +109,8 @@ class GroupMember:
         self._heartbeat: _HeartbeatThread | None = None
         self._pending_commit: _PendingCommit | None = None   # sent by commit_async
         self.rebalances = 0
+        self._generations_lost = 0       # see generations_lost
+        self._lost_at_assignment = 0     # _generations_lost when _assignment was received
 
     # --- state --------------------------------------------------------------------------------
 
@@ -116,6 +127,26 @@ class GroupMember:
     def stable(self) -> bool:
         with self._lock:
             return self._stable
+
+    @property
+    def generations_lost(self) -> int:
+        """How many times this member has lost its generation by being fenced: a Heartbeat,
+        OffsetCommit, JoinGroup or SyncGroup answered ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID
+        (its session expired, or it did not rejoin within ``kafka.max.poll.interval.ms`` while
+        a long micro-batch ran). The group went on without it: other members may have owned,
+        read and committed its partitions meanwhile, so whatever it knew of their offsets is
+        stale, even if it gets the same partitions back. A rejoin the member takes part in
+        (REBALANCE_IN_PROGRESS: it commits first, and nobody else owns its partitions until it
+        has rejoined) and leaving the group do not count."""
+        with self._lock:
+            return self._generations_lost
+
+    @property
+    def generations_lost_at_assignment(self) -> int:
+        """:attr:`generations_lost` as it was when :attr:`assignment` was received: the member
+        has held its assignment without being fenced exactly as long as the two are equal."""
+        with self._lock:
+            return 0 if self.manual else self._lost_at_assignment
 
     def rejoin_reason(self) -> str | None:
         """Why the member must rejoin before its assignment can be trusted (None: it need not)."""
@@ -139,16 +170,24 @@ class GroupMember:
                 log.info("Group '%s': rejoining because %s", self.group_id, reason)
                 self._rejoin_reason = reason
 
-    def _reset(self, *, keep_member_id: bool, reason: str,
+    def _reset(self, *, keep_member_id: bool, reason: str, fenced: bool = True,
                only_if: Generation | None = None) -> None:
-        """Forget the generation (and the member id); ``only_if``: unless it changed meanwhile."""
+        """Forget the generation (and the member id); ``only_if``: unless it changed meanwhile.
+        ``fenced``: the coordinator took the generation away (counted in
+        :attr:`generations_lost`); False when the member leaves of its own accord."""
         with self._lock:
             if only_if is not None and self._generation != only_if:
                 return
-            member_id = self._generation.member_id if keep_member_id else ""
-            self._generation = Generation(member_id=member_id)
+            old = self._generation
+            self._generation = Generation(member_id=old.member_id if keep_member_id else "")
             self._stable = False
             self._rejoin_reason = self._rejoin_reason or reason
+            if fenced:
+                self._generations_lost += 1
+                log.warning("Group '%s': member '%s' lost generation %d (%s); it rejoins, and "
+                            "the partitions it gets are adopted again from the group's "
+                            "committed offsets", self.group_id, old.member_id or "-",
+                            old.generation_id, reason)
 
     def _raise_fatal(self) -> None:
         with self._lock:
@@ -261,6 +300,7 @@ class GroupMember:
                 self._last_join_error = "the generation changed during SyncGroup"
                 return False
             self._assignment = tuple(sorted(set(assignment.partitions)))
+            self._lost_at_assignment = self._generations_lost
             self._topics = topics
             self._stable = True
             self._rejoin_reason = None
@@ -581,7 +621,7 @@ class GroupMember:
             log.warning("Group '%s': the last commit failed while leaving: %s", self.group_id, exc)
         self._stop_heartbeat()
         generation = self.generation
-        self._reset(keep_member_id=False, reason="it left the group")
+        self._reset(keep_member_id=False, reason="it left the group", fenced=False)
         self._assignment = ()
         if self.manual or not generation.member_id or self._node is None:
             return

@@ -22,7 +22,11 @@ One trigger, as seen from here (``latestOffset(start, limit)``):
    they start at the group's committed offset (else ``kafka.auto.offset.reset``; partitions
    created after the query started begin at their log start). An adopted partition enters the
    offsets with an empty range first, so that every batch's ranges follow from its start and end
-   offsets alone, also when Spark re-plans a batch after a restart.
+   offsets alone, also when Spark re-plans a batch after a restart. A partition in ``start`` that
+   this member did not keep -- it came back from another member, or the member was fenced since
+   the last trigger (:attr:`kafka_source.group.member.GroupMember.generations_lost`), when it
+   keeps none -- is dropped for one trigger and adopted at the next; its offset in ``start`` is
+   stale and is never committed (another member may have committed newer offsets meanwhile).
 4. The end offsets come from ListOffsets(latest), capped by the AvailableNow target and the
    admission control options (:mod:`kafka_source.read.admission`).
 
@@ -97,7 +101,10 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         self.parallelism = parallelism                   # Spark's default parallelism, if known
         self._client: BrokerClient | None = None
         self._member = None
-        self._previous: frozenset[TopicPartition] | None = None  # assignment at the last trigger
+        # Partitions of the last trigger's end offsets: owned then, their offsets trusted.
+        self._previous: frozenset[TopicPartition] | None = None
+        # member.generations_lost_at_assignment at the last trigger (None: no trigger yet).
+        self._lost_seen: int | None = None
         self._known: set[TopicPartition] | None = None  # partitions when this reader began
         self._initial: Offsets | None = None
         self._committed: Offsets = {}                    # what this process last committed
@@ -148,6 +155,7 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
             positions = {tp: check_start_for_data_loss(tp, starts[tp], resolver.earliest[tp], src)
                          for tp in owned}
         self._previous = frozenset(owned)
+        self._lost_seen = self.member.generations_lost_at_assignment
         self._initial = dict(positions)
         log.info("Query starts at %s (startingOffsets=%s, group '%s')",
                  encode_offsets(positions), spec.kind, self.options.group.group_id)
@@ -186,10 +194,20 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
             owned = self._assignment(partitions)
             self._commit_completed(start_pos)
             previous = self._previous
-            self._previous = frozenset(owned)
+            if self._fenced():
+                previous = frozenset()
+                stale = sorted(set(start_pos) & set(owned))
+                if stale:
+                    log.warning("Group '%s' fenced this member since the last trigger: its "
+                                "offsets of %s are stale (another member may have read and "
+                                "committed them meanwhile). Dropping them for this trigger; the "
+                                "next adopts them from the group's committed offsets.",
+                                self.options.group.group_id, _describe(stale))
             kept = self._trusted(start_pos, owned, previous)
             new = [tp for tp in owned if tp not in start_pos]
             adopted = self._adopt(new, new_partitions=True)
+            self._previous = frozenset(kept) | frozenset(adopted)
+            self._lost_seen = member.generations_lost_at_assignment
             latest = self._list(list(kept), LATEST_TIMESTAMP)
             self._latest = {**latest, **adopted}
             end = self._admit(kept, self._check_latest(kept, latest), limit)
@@ -264,8 +282,10 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
             return
         if self._initial is not None and completed == self._initial:
             return  # the query's starting point, not the end of a batch
+        # After fencing nothing is trusted: a partition is committed again only once adopted.
+        previous = frozenset() if self._fenced() else self._previous
         todo = {tp: off for tp, off in self._trusted(completed, self.member.assignment,
-                                                      self._previous).items()
+                                                      previous).items()
                 if self._committed.get(tp) != off}
         if not todo:
             return
@@ -284,14 +304,21 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         trigger, with nothing noticed since that could change it."""
         return (self._target is not None and self._previous is not None
                 and frozenset(start) == self._previous
-                and self.member.assignment_is_current()
+                and self.member.assignment_is_current() and not self._fenced()
                 and frozenset(self.member.assignment) == self._previous)
+
+    def _fenced(self) -> bool:
+        """Whether the member lost its generation (was fenced) after it received the assignment
+        the last trigger used: then no offset of that trigger is trusted any more, for any
+        partition (:attr:`kafka_source.group.member.GroupMember.generations_lost`)."""
+        return self._lost_seen is not None and self.member.generations_lost != self._lost_seen
 
     @staticmethod
     def _trusted(offsets: Offsets, owned, previous: frozenset | None) -> Offsets:
-        """The offsets of partitions this member owns now and owned at the last trigger -- or,
-        at the first trigger after a restart, of every owned one (the checkpoint's). A partition
-        that came back after another member had it is not among them: its offset is stale."""
+        """The offsets of partitions this member owns now and whose offsets the last trigger
+        trusted -- or, at the first trigger after a restart, of every owned one (the
+        checkpoint's). A partition that came back after another member had it is not among
+        them, nor is any partition after the member was fenced: its offset is stale."""
         owned = set(owned)
         return {tp: off for tp, off in offsets.items()
                 if tp in owned and (previous is None or tp in previous)}
@@ -396,6 +423,11 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
 
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
+
+
+def _describe(partitions) -> str:
+    shown = ", ".join(f"{t}-{p}" for t, p in partitions[:10])
+    return shown + (f" and {len(partitions) - 10} more" if len(partitions) > 10 else "")
 
 
 __all__ = ["KafkaStreamReader", "encode_offsets", "decode_offsets"]

@@ -906,6 +906,22 @@ class RawMember:
             assignments=[A(member_id=m, assignment=a) for m, a in (assignments or {}).items()]),
             timeout_ms=timeout_ms)
 
+    def commit(self, offsets: dict) -> list:
+        """OffsetCommit of ``offsets`` ((topic, partition) -> offset) in this member's
+        generation; the error code of each partition, in order."""
+        T = OffsetCommitRequest.OffsetCommitRequestTopic
+        P = T.OffsetCommitRequestPartition
+        by_topic: dict[str, list] = {}
+        for (topic, partition), offset in sorted(offsets.items()):
+            by_topic.setdefault(topic, []).append(P(
+                partition_index=partition, committed_offset=offset, committed_leader_epoch=-1,
+                commit_timestamp=-1, committed_metadata=""))
+        response = self.client.send(self.node, OffsetCommitRequest(
+            group_id=self.group_id, generation_id_or_member_epoch=self.generation,
+            member_id=self.member_id, group_instance_id=None, retention_time_ms=-1,
+            topics=[T(name=t, partitions=ps) for t, ps in by_topic.items()]))
+        return [p.error_code for t in response.topics for p in t.partitions]
+
     def heartbeat(self) -> int:
         return self.client.send(self.node, HeartbeatRequest(
             group_id=self.group_id, generation_id=self.generation, member_id=self.member_id,

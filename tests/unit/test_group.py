@@ -841,6 +841,61 @@ def test_assignment_is_current_until_something_needs_the_coordinator(fake, make_
 
 
 # ------------------------------------------------------------------------------------------
+# generations_lost: fencing, as opposed to rebalances the member takes part in
+# ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("how", ["heartbeat-illegal-generation", "session-expired",
+                                 "commit-illegal-generation", "commit-unknown-member",
+                                 "join-unknown-member", "sync-illegal-generation"])
+def test_fencing_counts_as_a_lost_generation(fake, make_member, how):
+    # (A short rebalance timeout: a member id the coordinator still holds is dropped sooner.)
+    member = make_member(fake, "C0", rebalance_timeout_ms=200)
+    member.ensure_active(["t0"])
+    assert member.generations_lost == member.generations_lost_at_assignment == 0
+    if how == "heartbeat-illegal-generation":
+        fake.script(HEARTBEAT, ILLEGAL_GENERATION)
+    elif how == "session-expired":
+        fake.remove_member(GROUP, member.generation.member_id)
+    elif how.startswith("commit-"):
+        fake.script(OFFSET_COMMIT, ILLEGAL_GENERATION if "illegal" in how else UNKNOWN_MEMBER_ID)
+        assert member.commit({("t0", 0): 5}) is False
+    else:
+        # A rebalance it takes part in, but the coordinator no longer knows the generation.
+        member.request_rejoin("a test")
+        fake.script(JOIN if how.startswith("join") else SYNC,
+                    UNKNOWN_MEMBER_ID if "unknown" in how else ILLEGAL_GENERATION)
+        member.ensure_active(["t0"])
+    wait_until(lambda: member.generations_lost == 1, what="the loss to be counted")
+    member.ensure_active(["t0"])
+    assert member.assignment == tps("t0p0 t0p1 t0p2")
+    assert member.generations_lost == member.generations_lost_at_assignment == 1
+
+
+def test_rebalances_the_member_takes_part_in_and_leaving_are_not_fencing(fake, make_member):
+    x, y = form_group(fake, make_member, ("t0",))          # x rejoined for y's join
+    y.leave()
+    wait_rebalance_noticed(x)
+    x.ensure_active(["t0"])
+    fake.script(OFFSET_COMMIT, REBALANCE_IN_PROGRESS)
+    assert x.commit({("t0", 0): 1}) is False
+    x.ensure_active(["t0"])
+    assert x.assignment == tps("t0p0 t0p1 t0p2") and x.generation.generation_id == 4
+    assert x.generations_lost == y.generations_lost == 0
+    assert x.generations_lost_at_assignment == 0
+
+
+def test_generations_lost_at_assignment_tells_a_loss_after_the_assignment(fake, make_member):
+    member = make_member(fake, "C0")
+    member.ensure_active(["t0"])
+    fake.script(HEARTBEAT, UNKNOWN_MEMBER_ID)
+    wait_until(lambda: member.generations_lost == 1, what="the heartbeat's fencing")
+    # The assignment the member still reports is from before the loss.
+    assert member.generations_lost_at_assignment == 0
+    manual = make_member(fake, "C1", manual=[("t0", 0)])
+    assert manual.generations_lost == manual.generations_lost_at_assignment == 0
+
+
+# ------------------------------------------------------------------------------------------
 # committed()
 # ------------------------------------------------------------------------------------------
 

@@ -3,13 +3,17 @@
 A real :class:`KafkaStreamReader` is driven the way Spark drives it (``initialOffset``, then
 ``latestOffset(start, limit)`` / ``partitions(start, end)`` / ``commit(end)`` per trigger), with
 its broker client replaced by a :class:`FakeCluster` that also answers Metadata, and its group
-member replaced by :class:`FakeMember`, whose assignment the test scripts.
+member replaced by :class:`FakeMember`, whose assignment the test scripts -- or, where the
+member's own handling of the coordinator's answers matters (fencing, failed commits), by a real
+:class:`~kafka_source.group.member.GroupMember` talking to the in-process fake coordinator of
+``fake_coordinator.py``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 
 import pytest
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows, ReadMinRows)
@@ -17,9 +21,12 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows, Rea
 import kafka_source.read.stream as stream_module
 from kafka_source.errors import BrokerUnavailableError, DataLossError, OptionError, TopicError
 from kafka_source.config.options import parse_stream_options
+from kafka_source.group.assignors import Assignment, RangeAssignor, Subscription
+from kafka_source.group.member import GroupMember
 from kafka_source.read.stream import KafkaStreamReader, decode_offsets, encode_offsets
 
 from .fake_cluster import FakeCluster, FakeLog, unreachable
+from .fake_coordinator import NONE, OFFSET_COMMIT, FakeCoordinator, RawMember
 
 LEADER_NOT_AVAILABLE = 5
 
@@ -70,14 +77,22 @@ class FakeMember:
         self.closed = False
         self.refuse_commits = False
         self.settles = 0
+        self.generations_lost = 0
+        self.generations_lost_at_assignment = 0
 
     def assign(self, *tps):
         self._next = tuple(sorted(tps))
+
+    def fence(self):
+        """The coordinator took the generation away (session expired, rejoined too late)."""
+        self.generations_lost += 1
+        self.stable = False
 
     def ensure_active(self, topics, counts=None):
         self.ensure_calls.append((sorted(topics), dict(counts or {})))
         self.assignment = self._next
         self.stable = True
+        self.generations_lost_at_assignment = self.generations_lost
         return self.assignment
 
     def committed(self, tps):
@@ -530,6 +545,139 @@ def test_after_restart_the_checkpoint_wins_for_owned_partitions():
     # The checkpoint's batch completed before the restart: committed for the owned partition.
     assert member.commits == [{T0: 10}]
     assert member.committed_calls == [[T1]]
+
+
+# --- fencing (a real GroupMember against the fake coordinator) ----------------------------------
+
+GROUP = "g"
+T4 = [("t", p) for p in range(4)]
+
+
+@pytest.fixture
+def coordinator():
+    fake = FakeCoordinator({"t": 4})
+    yield fake
+    fake.shutdown()
+
+
+@pytest.fixture
+def member_reader(coordinator):
+    """member_reader(cluster, **options): a reader whose member is a real GroupMember of group
+    'g' on the fake coordinator (stopped after the test, which ends its heartbeat thread)."""
+    made = []
+
+    def make(cluster, **options):
+        opts = {"kafka.group.id": GROUP, "kafka.session.timeout.ms": "10000",
+                "kafka.heartbeat.interval.ms": "20", "kafka.max.poll.interval.ms": "2000",
+                **options}
+        reader = make_reader(cluster, None, **opts)
+        reader._member = GroupMember(
+            coordinator.client("query"), lambda: coordinator.client("query-heartbeat"),
+            reader.options.group, RangeAssignor(), request_timeout_ms=2_000, retry_backoff_ms=1)
+        made.append(reader)
+        return reader
+
+    yield make
+    for reader in made:
+        reader.stop()
+
+
+def wait_until(condition, what, timeout=3.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def commits_of(coordinator, client_id) -> list[dict]:
+    """The offsets of every OffsetCommit ``client_id`` sent, in order."""
+    return [{(t.name, p.partition_index): p.committed_offset
+             for t in r.request.topics for p in t.partitions}
+            for r in coordinator.records(OFFSET_COMMIT) if r.client_id == client_id]
+
+
+def test_fenced_member_neither_commits_nor_reads_its_stale_offsets(coordinator, member_reader):
+    # As measured on Kafka 2.2: while the query's second micro-batch runs longer than
+    # kafka.max.poll.interval.ms, another consumer joins; the coordinator drops the query's
+    # member, gives the other one all four partitions, which it reads to the end, commits (500)
+    # and leaves. The query rejoins and gets the same four partitions back: its offsets of them
+    # (200) are stale. It used to commit them (the group went from 500 back to 200) and to read
+    # 200..500 again.
+    cluster = Cluster({tp: 500 for tp in T4})
+    reader = member_reader(cluster, startingOffsets="earliest", maxOffsetsPerTrigger="400")
+    spark = Spark(reader)
+    assert spark.trigger() == [("t", p, 0, 100) for p in range(4)]
+    assert spark.trigger() == [("t", p, 100, 200) for p in range(4)]   # the long batch
+    assert coordinator.group(GROUP).offsets == {tp: 100 for tp in T4}
+    member = reader.member
+    assert member.generations_lost == 0
+
+    coordinator.remove_member(GROUP, member.generation.member_id)   # dropped while it ran
+    wait_until(lambda: member.generations_lost == 1, "the heartbeat to notice the fencing")
+    other = RawMember(coordinator, GROUP, [("range", Subscription(("t",)).encode())])
+    assert other.join().error_code == NONE
+    assert other.sync({other.member_id: Assignment(tuple(T4)).encode()}).error_code == NONE
+    assert other.commit({tp: 500 for tp in T4}) == [NONE] * 4
+    other.leave()
+    fenced_at = len(commits_of(coordinator, "query"))
+
+    # The query comes back and gets all four partitions again: none of its offsets is trusted.
+    assert spark.trigger() == []                     # dropped for a trigger (Spark's commit of
+    assert reader.member.assignment == tuple(T4)     # the batch's end 200 commits nothing)...
+    assert spark.trigger() == []                     # ... then adopted at the group's 500
+    assert decode_offsets(spark.start) == {tp: 500 for tp in T4}
+    for tp in T4:
+        cluster.set(tp, 510)
+    assert spark.trigger() == [("t", p, 500, 510) for p in range(4)]
+    assert spark.trigger() is None
+    assert coordinator.group(GROUP).offsets == {tp: 510 for tp in T4}
+    after = commits_of(coordinator, "query")[fenced_at:]
+    assert after and all(off >= 500 for c in after for off in c.values()), after
+
+
+def test_fenced_member_keeps_the_partitions_of_the_generation_it_rejoined_in(coordinator,
+                                                                             member_reader):
+    # Once re-adopted in the new generation, the partitions are trusted again: no second drop.
+    cluster = Cluster({tp: 50 for tp in T4})
+    reader = member_reader(cluster, startingOffsets="earliest")
+    spark = Spark(reader)
+    assert spark.trigger() == [("t", p, 0, 50) for p in range(4)]
+    member = reader.member
+    coordinator.remove_member(GROUP, member.generation.member_id)
+    wait_until(lambda: member.generations_lost == 1, "the heartbeat to notice the fencing")
+    assert spark.trigger() == []                     # dropped: nothing was committed for them
+    assert spark.trigger() == []                     # adopted: no commit -> reset (latest), 50
+    assert coordinator.group(GROUP).offsets == {}
+    for tp in T4:
+        cluster.set(tp, 60)
+    assert spark.trigger() == [("t", p, 50, 60) for p in range(4)]
+    assert spark.trigger() is None
+    assert coordinator.group(GROUP).offsets == {tp: 60 for tp in T4}
+    assert member.generations_lost == 1
+
+
+def test_fenced_member_commits_nothing_when_spark_commits_late():
+    # Spark's commit(end) of the batch that ran while the member was fenced comes after the
+    # trigger that learnt of it: the end's offsets are stale too.
+    cluster = Cluster({T0: 10, T1: 10})
+    member = FakeMember([T0, T1])
+    reader = make_reader(cluster, member, startingOffsets="earliest")
+    spark = Spark(reader, call_commit=False)
+    spark.trigger()
+    cluster.set(T0, 20)
+    spark.trigger()                              # commits 10; reads 10..20 of t-0
+    done = spark.start
+    member.fence()
+    reader.commit(done)                          # not yet known at a trigger: fenced already
+    member.group.update({T0: 30, T1: 30})        # what another member read meanwhile
+    cluster.set(T0, 30)
+    cluster.set(T1, 30)
+    assert reader.latestOffset(done, ReadAllAvailable()) == {}
+    reader.commit(done)
+    assert member.commits == [{T0: 10, T1: 10}]
+    end = reader.latestOffset({}, ReadAllAvailable())
+    assert end == o(t={0: 30, 1: 30})
+    assert member.commits == [{T0: 10, T1: 10}]
 
 
 # --- new partitions ------------------------------------------------------------------------------
