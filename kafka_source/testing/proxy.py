@@ -491,6 +491,55 @@ def restarting_broker_metadata(request_frame: bytes) -> bytes:
     return bytes(response.encode(header=True, framed=True))
 
 
+def broker_without_partitions_metadata(node_id: int, host: str, port: int):
+    """An ``answer`` for Metadata requests: what a ZooKeeper-mode broker answers after it has
+    learnt the live brokers from the controller but not yet the partitions (measured on Kafka
+    2.2 for about a second after a restart): brokers listed (here one, ``node_id`` at
+    ``host:port``, e.g. the proxy's address), UNKNOWN_TOPIC_OR_PARTITION for every named topic
+    and no topic at all when every topic is asked for. The answer has the request's version
+    and correlation id; use :func:`is_metadata_of` to match the requests it is for."""
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+    def answer(request_frame: bytes) -> bytes:
+        api_key, version, correlation_id = struct.unpack(">hhi", request_frame[4:12])
+        if api_key != ApiKey.Metadata:
+            raise ValueError(f"not a Metadata request (api key {api_key})")
+        request = MetadataRequest.decode(request_frame[4:], version=version, header=True)
+        R = MetadataResponse
+        topics = [R.MetadataResponseTopic(error_code=3, name=t.name, is_internal=False,
+                                          partitions=[])
+                  for t in (request.topics or [])]
+        response = R(version=version, throttle_time_ms=0, cluster_id=None,
+                     controller_id=node_id, topics=topics,
+                     brokers=[R.MetadataResponseBroker(node_id=node_id, host=host, port=port,
+                                                       rack=None)])
+        response.with_header(correlation_id=correlation_id)
+        return bytes(response.encode(header=True, framed=True))
+
+    return answer
+
+
+def is_metadata_of(topic: str, *, or_all_topics: bool = True):
+    """A ``match`` for Metadata requests naming ``topic`` (and, with ``or_all_topics``, those
+    asking for every topic)."""
+    from kafka.protocol.metadata import MetadataRequest
+
+    name = topic.encode()
+
+    def match(request_frame: bytes) -> bool:
+        api_key, version = struct.unpack(">hh", request_frame[4:8])
+        if api_key != ApiKey.Metadata:
+            return False
+        if name in request_frame:
+            return True
+        if not or_all_topics:
+            return False
+        request = MetadataRequest.decode(request_frame[4:], version=version, header=True)
+        return request.topics is None
+
+    return match
+
+
 def pid_of_client(peer: tuple[str, int], proxy_port: int) -> int | None:
     """The id of the local process that owns the client end ``peer`` of a connection to the
     proxy (Linux: /proc), e.g. the Spark Python worker whose Fetch a fault holds; None if gone.
