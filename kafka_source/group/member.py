@@ -19,7 +19,10 @@ Two threads share a :class:`GroupMember`:
 
 Retriable errors lead to rediscovery or a rejoin, never to a failed query; errors no retry can fix
 (authorization, an assignor other members do not share, a session timeout the broker refuses) fail
-with a message naming the option at fault.
+with a message naming the option at fault. Commits in particular are best effort: one that cannot
+be written (the coordinator unavailable for a long time, e.g. the offsets topic short of in-sync
+replicas) is logged and made again later while the query goes on reading
+(:meth:`GroupMember.commit_async`).
 
 Fencing is not a rejoin like the others. A member that rejoins because the group is rebalancing
 commits first and owns its partitions until it has rejoined; a fenced member (its session expired,
@@ -68,10 +71,17 @@ _RETRY = _COORDINATOR_MOVED + (Errors.CoordinatorLoadInProgressError,
 
 @dataclass
 class _PendingCommit:
-    """A commit :meth:`GroupMember.commit_async` sent (``future`` None: it could not be sent)."""
+    """A commit :meth:`GroupMember.commit_async` sent (``future`` None: it could not be sent,
+    for the reason in ``error``)."""
     offsets: dict
     future: object
     on_done: Callable[[bool], None]
+    sent_at: float = 0.0               # time.monotonic()
+    error: str = ""
+
+
+class _RetriesExhausted(KafkaSourceError):
+    """A request to the coordinator failed for retriable reasons for its whole time budget."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +120,9 @@ class GroupMember:
         self._pending_commit: _PendingCommit | None = None   # sent by commit_async
         self.rebalances = 0
         self._generations_lost = 0       # see generations_lost
+        self._failed_commits = 0         # commits failed in a row (retriable errors)
+        self._commits_failing_since = 0.0
+        self._commit_warned_at = 0.0
         self._lost_at_assignment = 0     # _generations_lost when _assignment was received
 
     # --- state --------------------------------------------------------------------------------
@@ -223,8 +236,11 @@ class GroupMember:
         return self._assignment
 
     def _join(self, topics: frozenset[str]) -> None:
-        # What was processed of the partitions this member may now lose is committed first.
-        self.settle_commits()
+        # What was processed of the partitions this member may now lose is committed first --
+        # within half the rebalance timeout, so that the member still rejoins in time if the
+        # commit cannot be made (its partitions are then read again from the last commit).
+        self.settle_commits(retry_ms=min(self.options.api_timeout_ms,
+                                         self.options.rebalance_timeout_ms // 2))
         budget_ms = (self.options.rebalance_timeout_ms + self.options.session_timeout_ms
                      + self.request_timeout_ms)
         deadline = time.monotonic() + budget_ms / 1000
@@ -383,14 +399,17 @@ class GroupMember:
 
     # --- offsets ------------------------------------------------------------------------------
 
-    def _with_coordinator(self, what: str, attempt: Callable[[object], object]):
+    def _with_coordinator(self, what: str, attempt: Callable[[object], object], *,
+                          budget_ms: int | None = None, errors: list | None = None):
         """Run ``attempt(node)`` until it returns non-None, rediscovering the coordinator, for
-        at most ``kafka.default.api.timeout.ms`` (as the Java consumer's commitSync and
-        committed): one request that timed out (``kafka.request.timeout.ms``) is retried."""
-        budget_ms = self.options.api_timeout_ms
+        at most ``budget_ms`` (default ``kafka.default.api.timeout.ms``, as the Java consumer's
+        commitSync and committed): one request that timed out (``kafka.request.timeout.ms``) is
+        retried. ``attempt`` may append why it failed to ``errors``. Raises
+        :class:`_RetriesExhausted` when the budget is spent."""
+        budget_ms = self.options.api_timeout_ms if budget_ms is None else budget_ms
         deadline = time.monotonic() + budget_ms / 1000
         failures = 0
-        last_error = "the coordinator kept answering with retriable errors"
+        errors = [] if errors is None else errors
         while True:
             try:
                 result = attempt(self._coordinator())
@@ -398,14 +417,16 @@ class GroupMember:
                     return result
             except RetriableBrokerError as exc:
                 self._node = None
-                last_error = str(exc)
+                errors.append(str(exc))
                 log.info("Group '%s': %s failed (%s); retrying", self.group_id, what, exc)
             failures += 1
             if time.monotonic() >= deadline:
-                raise KafkaSourceError(f"{what} for consumer group '{self.group_id}' did not "
-                                       f"succeed within {budget_ms} ms (option "
-                                       f"'kafka.default.api.timeout.ms'); last error: "
-                                       f"{last_error}.")
+                last_error = errors[-1] if errors else \
+                    "the coordinator kept answering with retriable errors"
+                raise _RetriesExhausted(f"{what} for consumer group '{self.group_id}' did not "
+                                        f"succeed within {budget_ms} ms (option "
+                                        f"'kafka.default.api.timeout.ms'); last error: "
+                                        f"{last_error}.")
             self._backoff(failures)
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
@@ -458,13 +479,19 @@ class GroupMember:
         assignment mode the commit is made outside any generation, as Kafka allows.
         """
         self.settle_commits()                 # commits apply in the order they were made
+        return self._commit_sync(offsets)
+
+    def _commit_sync(self, offsets: Mapping[TopicPartition, int], *,
+                     budget_ms: int | None = None) -> bool:
         request = self._commit_request(offsets)
         if request is None:
             return not offsets
         fenced: list = []
+        errors: list = []
         ok = self._with_coordinator(
             "OffsetCommit", lambda node: self._commit_outcome(self._client.send(node, request),
-                                                              fenced))
+                                                              fenced, errors),
+            budget_ms=budget_ms, errors=errors)
         return self._commit_done(offsets, ok, fenced)
 
     def commit_async(self, offsets: Mapping[TopicPartition, int],
@@ -476,12 +503,20 @@ class GroupMember:
         writes for ``group.coordinator.append.linger.ms``, 5 ms), which a synchronous commit
         would add to every trigger. The answer is applied by :meth:`settle_commits`, which every
         step that depends on it calls first -- the next commit, a rejoin (partitions are given
-        up only once their commit was accepted), :meth:`leave`; the stream reader also calls it
-        at the start of each trigger -- and ``on_done(accepted)`` then runs. A commit the answer
-        shows to have failed for a retriable reason (coordinator moved, network error, timeout)
-        is made again synchronously there, with the retries of :meth:`commit`; one refused
-        because the member was fenced is not (``on_done(False)``: the caller commits again once
-        it owns the partitions in the new generation).
+        up only once their commit was made or given up), :meth:`leave`; the stream reader also
+        calls it at the start of each trigger -- and ``on_done(accepted)`` then runs.
+
+        Commits are best effort while the member is stable: a commit that failed for a
+        retriable reason (coordinator moving or unavailable -- e.g. the offsets topic lacks
+        in-sync replicas --, network error, no answer) is logged and reported with
+        ``on_done(False)``, and the caller commits the newest completed offsets again at its
+        next trigger; reading goes on meanwhile (Spark's own Kafka source never depends on the
+        coordinator). Before a rejoin and on :meth:`leave` it is made again synchronously,
+        with bounded retries, and a failure is logged too: partitions whose commit failed are
+        read again from their last committed offset (at least once), never skipped. A commit
+        refused because the member was fenced is not made again (the caller commits once it
+        owns the partitions in the new generation). Errors no retry can fix (authorization)
+        raise.
         """
         self.settle_commits()
         request = self._commit_request(offsets)
@@ -489,32 +524,37 @@ class GroupMember:
             if on_done is not None:
                 on_done(not offsets)
             return
+        error = ""
         try:
             future = self._client.send_now(self._coordinator(), request)
         except (RetriableBrokerError, BrokerUnavailableError, Errors.KafkaError) as exc:
-            # settle_commits commits synchronously instead, with the retries of commit().
             log.debug("Group '%s': OffsetCommit not sent (%s)", self.group_id, exc)
-            future = None
+            self._node = None
+            future, error = None, f"not sent: {exc}"
         self._pending_commit = _PendingCommit(dict(offsets), future,
-                                              on_done or (lambda accepted: None))
+                                              on_done or (lambda accepted: None),
+                                              sent_at=time.monotonic(), error=error)
 
-    def settle_commits(self) -> None:
-        """Wait for the answer to a commit :meth:`commit_async` sent and apply it (bounded: the
-        request times out after ``kafka.request.timeout.ms``, and a synchronous retry after
-        ``kafka.default.api.timeout.ms``)."""
+    def settle_commits(self, *, retry_ms: int | None = None) -> None:
+        """Wait for the answer to a commit :meth:`commit_async` sent and apply it; the answer
+        is awaited until ``kafka.request.timeout.ms`` after the commit was sent, no longer.
+
+        ``retry_ms``: a commit that failed for a retriable reason is made again synchronously,
+        for at most that long (before a rejoin, on leaving); its failure is logged, not raised.
+        Without it the failure is only logged (the caller commits again later)."""
         pending, self._pending_commit = self._pending_commit, None
         if pending is None:
             return
         accepted = False
         try:
-            accepted = self._settle(pending)
+            accepted = self._settle(pending, retry_ms)
         finally:                              # also when it raises: the commit did not happen
             pending.on_done(accepted)
 
-    def _settle(self, pending: "_PendingCommit") -> bool:
-        future = pending.future
+    def _settle(self, pending: "_PendingCommit", retry_ms: int | None) -> bool:
+        future, error = pending.future, pending.error
         if future is not None:
-            deadline = time.monotonic() + self.request_timeout_ms / 1000 + 1
+            deadline = pending.sent_at + self.request_timeout_ms / 1000 + 1
             try:
                 while not future.is_done and time.monotonic() < deadline:
                     self._client.poll(100)
@@ -522,15 +562,46 @@ class GroupMember:
                 log.debug("Group '%s': waiting for OffsetCommit failed (%s)", self.group_id, exc)
             if future.succeeded():
                 fenced: list = []
-                ok = self._commit_outcome(future.value, fenced)
+                errors: list = []
+                ok = self._commit_outcome(future.value, fenced, errors)
                 if ok is not None:
                     return self._commit_done(pending.offsets, ok, fenced)
+                error = errors[-1]
             else:
                 self._node = None             # a network failure: rediscover the coordinator
-        # Not sent, not answered, or answered with a retriable error: commit again and wait.
-        log.info("Group '%s': asynchronous commit of %s did not complete; committing again",
-                 self.group_id, _describe_offsets(pending.offsets))
-        return self.commit(pending.offsets)
+                error = (str(future.exception) if future.failed() else
+                         f"no answer within {self.request_timeout_ms} ms "
+                         "('kafka.request.timeout.ms')")
+        if retry_ms is None:
+            self._commit_failed(pending.offsets, error)
+            return False
+        # Before a rejoin or leaving: once more, synchronously, within retry_ms.
+        try:
+            return self._commit_sync(pending.offsets, budget_ms=retry_ms)
+        except _RetriesExhausted as exc:
+            self._commit_failed(pending.offsets, str(exc), final=True)
+            return False
+
+    def _commit_failed(self, offsets: Mapping[TopicPartition, int], error: str, *,
+                       final: bool = False) -> None:
+        """Log a commit that failed for a retriable reason: a warning for the first failure in
+        a row, and again each ``kafka.default.api.timeout.ms`` while they go on."""
+        now = time.monotonic()
+        if self._failed_commits == 0:
+            self._commits_failing_since = now
+        self._failed_commits += 1
+        what = ("the partitions are read again from their last committed offset if they move "
+                "to another member" if final else
+                "the query goes on and commits the newest completed offsets at its next trigger")
+        if self._failed_commits == 1 or final or \
+                now - self._commit_warned_at >= self.options.api_timeout_ms / 1000:
+            self._commit_warned_at = now
+            log.warning("Group '%s': commit of %s failed (%s); %s (%d failed commit(s) in a "
+                        "row, for %.1f s)", self.group_id, _describe_offsets(offsets), error,
+                        what, self._failed_commits, now - self._commits_failing_since)
+        else:
+            log.info("Group '%s': commit of %s failed again (%s)", self.group_id,
+                     _describe_offsets(offsets), error)
 
     def _commit_request(self, offsets: Mapping[TopicPartition, int]):
         """The OffsetCommit request for ``offsets`` in this member's generation (None: nothing
@@ -553,9 +624,10 @@ class GroupMember:
                     for t, ps in by_topic.items()],
             max_version=8)
 
-    def _commit_outcome(self, response, fenced: list) -> bool | None:
+    def _commit_outcome(self, response, fenced: list, errors: list) -> bool | None:
         """True: accepted; False: refused because the member was fenced (the error is appended
-        to ``fenced``); None: retry. Raises for errors no retry can fix."""
+        to ``fenced``); None: retry (why is appended to ``errors``). Raises for errors no retry
+        can fix."""
         for topic in response.topics:
             for p in topic.partitions:
                 err = error_for(p.error_code)
@@ -569,6 +641,7 @@ class GroupMember:
                     fenced.append(err)
                     return False
                 if not self._offset_error_ok(err, "OffsetCommit"):
+                    errors.append(f"{err.__name__} for {topic.name}-{p.partition_index}")
                     return None
         return True
 
@@ -592,6 +665,11 @@ class GroupMember:
             else:
                 self.request_rejoin("the group is rebalancing")
             return False
+        if self._failed_commits:
+            log.info("Group '%s': committing works again (%s) after %d failed commit(s) in "
+                     "%.1f s", self.group_id, _describe_offsets(offsets), self._failed_commits,
+                     time.monotonic() - self._commits_failing_since)
+            self._failed_commits = 0
         log.debug("Group '%s': committed %s", self.group_id, _describe_offsets(offsets))
         return True
 
@@ -614,16 +692,17 @@ class GroupMember:
 
     def leave(self, reason: str = "the query stopped") -> None:
         """Leave the group now (so the others rebalance at once) and stop heartbeating; a
-        commit still in flight is waited for first (bounded, and best effort here)."""
+        commit still in flight is waited for first, and made again if it failed (bounded by
+        ``kafka.default.api.timeout.ms``, and best effort here)."""
         try:
-            self.settle_commits()
+            self.settle_commits(retry_ms=self.options.api_timeout_ms)
         except Exception as exc:
             log.warning("Group '%s': the last commit failed while leaving: %s", self.group_id, exc)
         self._stop_heartbeat()
         generation = self.generation
         self._reset(keep_member_id=False, reason="it left the group", fenced=False)
         self._assignment = ()
-        if self.manual or not generation.member_id or self._node is None:
+        if self.manual or not generation.member_id:
             return
         request = LeaveGroupRequest(
             group_id=self.group_id, member_id=generation.member_id,
@@ -632,7 +711,8 @@ class GroupMember:
         try:
             # Bounded: this runs while Spark stops the query (and may kill the process).
             timeout_ms = min(self.request_timeout_ms, _LEAVE_TIMEOUT_MS)
-            response = self._client.send(self._node, request, timeout_ms=timeout_ms)
+            # The coordinator may be unknown since a failed commit: ask once more.
+            response = self._client.send(self._coordinator(), request, timeout_ms=timeout_ms)
             log.info("Group '%s': member '%s' left (%s)", self.group_id, generation.member_id,
                      error_for(response.error_code).__name__)
         except Exception as exc:  # leaving is best effort: the session timeout covers it

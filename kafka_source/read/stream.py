@@ -13,7 +13,10 @@ One trigger, as seen from here (``latestOffset(start, limit)``):
    idle stream -- Spark's own ``commit(end)`` comes a batch later and not at all at the end.
    The OffsetCommit is sent without waiting for its answer, which is applied at the next
    trigger, or before a rejoin or leaving the group if they come first
-   (:meth:`kafka_source.group.member.GroupMember.commit_async`).
+   (:meth:`kafka_source.group.member.GroupMember.commit_async`). Commits are best effort: one
+   that failed for a retriable reason (coordinator unavailable or moving, no answer) is logged
+   and its partitions are committed again, at their newest completed offsets, at the next
+   trigger; the query goes on reading meanwhile.
 2. Metadata is refreshed and the membership checked (:class:`kafka_source.group.member.GroupMember`):
    a rebalance the heartbeat thread noticed, a new topic matching ``subscribePattern`` or new
    partitions make the member rejoin -- after step 1 committed what it processed of the
@@ -292,7 +295,9 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         self._committed.update(todo)
 
         def on_done(accepted: bool) -> None:
-            if not accepted:  # refused (the member was fenced): commit them again later
+            # Refused (the member was fenced) or failed (the coordinator could not write it):
+            # commit them again at the next trigger, if this member still may.
+            if not accepted:
                 for tp, off in todo.items():
                     if self._committed.get(tp) == off:
                         del self._committed[tp]

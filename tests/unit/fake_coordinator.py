@@ -28,7 +28,9 @@ field that does not exist in the negotiated version is invisible to the fake, as
 Failures are scripted per request kind with :meth:`FakeCoordinator.script` (error codes, kafka
 error classes, or exceptions raised by ``send``, e.g. ``RetriableBrokerError`` for a network
 failure); the coordinator can move (:meth:`move_coordinator`: requests to the old node get
-NOT_COORDINATOR) or be unavailable (``available = False``). Every request is recorded
+NOT_COORDINATOR) or be unavailable (``available = False``), or be unable to write offsets only
+(``commit_error``, e.g. COORDINATOR_NOT_AVAILABLE as when the offsets topic lacks in-sync
+replicas: OffsetCommit fails, everything else works). Every request is recorded
 (:attr:`FakeCoordinator.requests`, :meth:`FakeCoordinator.sent`).
 """
 
@@ -163,6 +165,7 @@ class FakeCoordinator:
         self.topics = dict(topics or {})
         self.node_id = node_id
         self.available = True
+        self.commit_error: int | None = None   # every OffsetCommit answers it while set
         self.require_member_id = require_member_id
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
@@ -375,6 +378,8 @@ class FakeCoordinator:
                     response = self._scripted(kind, wire, version, client, item)
                 elif not self.available:
                     response = self._error(kind, wire, version, COORDINATOR_NOT_AVAILABLE)
+                elif kind == OFFSET_COMMIT and self.commit_error is not None:
+                    response = self._error(kind, wire, version, self.commit_error)
                 elif node != self.coordinator_node:
                     response = self._error(kind, wire, version, NOT_COORDINATOR)
                 else:

@@ -8,6 +8,7 @@ dropped, the coordinator moves); scripted errors cover the rest. Every wait is b
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 
 import kafka.errors as Errors
@@ -763,11 +764,16 @@ def test_commit_async_refused_for_a_stale_generation_is_not_retried(fake, make_m
     assert len(fake.sent(OFFSET_COMMIT)) == 1 and fake.group(GROUP).offsets == {}
 
 
-@pytest.mark.parametrize("failure", [NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS,
-                                     RetriableBrokerError("connection reset")],
-                         ids=["not-coordinator", "loading", "network"])
-def test_commit_async_with_a_retriable_failure_is_made_again_synchronously(fake, make_member,
-                                                                           failure):
+@pytest.mark.parametrize("failure, named", [
+    (NOT_COORDINATOR, "NotCoordinatorError"), (COORDINATOR_LOAD_IN_PROGRESS, "LoadInProgress"),
+    (RetriableBrokerError("connection reset"), "connection reset")],
+    ids=["not-coordinator", "loading", "network"])
+def test_commit_async_with_a_retriable_failure_is_logged_not_made_again(fake, make_member,
+                                                                        caplog, failure, named):
+    # At a trigger, a failed commit must not hold the trigger up: the caller commits the
+    # newest offsets at its next trigger instead. (It used to be made again synchronously,
+    # for up to kafka.default.api.timeout.ms, and then failed the query.)
+    caplog.set_level(logging.INFO, logger="kafka_source.group.member")
     member = make_member(fake, "C0", heartbeat_interval_ms=60_000)
     member.ensure_active(["t0"])
     fake.script(OFFSET_COMMIT, failure)
@@ -775,12 +781,36 @@ def test_commit_async_with_a_retriable_failure_is_made_again_synchronously(fake,
     member.commit_async({("t0", 2): 9}, outcomes.append)
     assert fake.group(GROUP).offsets == {}
     member.settle_commits()
+    assert outcomes == [False]
+    assert len(fake.sent(OFFSET_COMMIT)) == 1 and fake.group(GROUP).offsets == {}
+    warning, = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert GROUP in warning.message and "t0-2@9" in warning.message
+    assert named in warning.message
+    assert member.stable and member.rejoin_reason() is None
+    member.commit_async({("t0", 2): 11}, outcomes.append)    # the next trigger's
+    member.settle_commits()
+    assert outcomes == [False, True] and fake.group(GROUP).offsets == {("t0", 2): 11}
+    assert "works again" in caplog.text
+
+
+@pytest.mark.parametrize("failure", [NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS,
+                                     RetriableBrokerError("connection reset")],
+                         ids=["not-coordinator", "loading", "network"])
+def test_commit_async_with_a_retriable_failure_is_made_again_before_a_rejoin(fake, make_member,
+                                                                             failure):
+    member = make_member(fake, "C0", heartbeat_interval_ms=60_000)
+    member.ensure_active(["t0"])
+    fake.script(OFFSET_COMMIT, failure)
+    outcomes = []
+    member.commit_async({("t0", 2): 9}, outcomes.append)
+    member.request_rejoin("a test")
+    member.ensure_active(["t0"])
     assert outcomes == [True]
     assert len(fake.sent(OFFSET_COMMIT)) == 2
     assert fake.group(GROUP).offsets == {("t0", 2): 9}
 
 
-def test_commit_async_whose_answer_never_comes_is_made_again_within_bounds(fake, make_member):
+def test_commit_async_whose_answer_never_comes_is_given_up_within_bounds(fake, make_member):
     member = make_member(fake, "C0", heartbeat_interval_ms=60_000, request_timeout_ms=100)
     member.ensure_active(["t0"])
     outcomes = []
@@ -789,7 +819,91 @@ def test_commit_async_whose_answer_never_comes_is_made_again_within_bounds(fake,
     start = time.monotonic()
     member.settle_commits()
     assert time.monotonic() - start < 3.0
-    assert outcomes == [True] and len(fake.sent(OFFSET_COMMIT)) == 2
+    assert outcomes == [False] and len(fake.sent(OFFSET_COMMIT)) == 1
+    # Before a rejoin (or leaving) it is made again, synchronously.
+    member.commit_async({("t0", 0): 5}, outcomes.append)
+    member.settle_commits(retry_ms=1_000)
+    assert outcomes == [False, True] and len(fake.sent(OFFSET_COMMIT)) == 3
+
+
+def test_commits_failing_for_longer_than_the_api_timeout_do_not_fail_the_member(fake,
+                                                                                make_member,
+                                                                                caplog):
+    # The offsets topic lacks in-sync replicas: every OffsetCommit answers
+    # COORDINATOR_NOT_AVAILABLE, for longer than kafka.default.api.timeout.ms, while heartbeats
+    # and everything else work. Triggers go on committing (one commit each, never waiting).
+    member = make_member(fake, "C0", request_timeout_ms=500, api_timeout_ms=200)
+    member.ensure_active(["t0"])
+    fake.commit_error = COORDINATOR_NOT_AVAILABLE
+    outcomes = []
+    start = time.monotonic()
+    offset = 0
+    while time.monotonic() - start < 0.6:
+        offset += 1
+        began = time.monotonic()
+        member.settle_commits()                  # what each trigger begins with
+        member.commit_async({("t0", 0): offset, ("t0", 1): offset}, outcomes.append)
+        assert time.monotonic() - began < 0.3
+        time.sleep(0.05)
+    member.settle_commits()
+    assert outcomes == [False] * offset and fake.group(GROUP).offsets == {}
+    assert member.stable and member.rejoin_reason() is None
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert 1 <= len(warnings) < offset       # not one per trigger
+    assert GROUP in warnings[0].message and "t0-0@1, t0-1@1" in warnings[0].message
+    assert "CoordinatorNotAvailableError" in warnings[0].message
+
+    fake.commit_error = None                     # it recovers: the newest offsets go out
+    member.commit_async({("t0", 0): offset + 1, ("t0", 1): offset + 1}, outcomes.append)
+    member.settle_commits()
+    assert outcomes[-1] is True
+    assert fake.group(GROUP).offsets == {("t0", 0): offset + 1, ("t0", 1): offset + 1}
+
+
+@pytest.mark.parametrize("error, message", [
+    (GROUP_AUTHORIZATION_FAILED, "Not authorized to use consumer group 'test-group'"),
+    (Errors.OffsetMetadataTooLargeError.errno, "OffsetMetadataTooLarge")])
+def test_commit_error_no_retry_can_fix_still_fails(fake, make_member, error, message):
+    member = make_member(fake, "C0", heartbeat_interval_ms=60_000)
+    member.ensure_active(["t0"])
+    fake.script(OFFSET_COMMIT, error)
+    outcomes = []
+    member.commit_async({("t0", 0): 3}, outcomes.append)
+    with pytest.raises(KafkaSourceError, match=message):
+        member.settle_commits()
+    assert outcomes == [False]
+
+
+def test_commit_that_cannot_be_made_before_a_rejoin_is_logged_and_the_member_rejoins(
+        fake, make_member, caplog):
+    # Bounded by half the rebalance timeout (here below kafka.default.api.timeout.ms), so that
+    # the member still rejoins in time.
+    member = make_member(fake, "C0", heartbeat_interval_ms=60_000, request_timeout_ms=500,
+                         api_timeout_ms=5_000, rebalance_timeout_ms=600)
+    member.ensure_active(["t0"])
+    fake.commit_error = COORDINATOR_NOT_AVAILABLE
+    outcomes = []
+    member.commit_async({("t0", 1): 7}, outcomes.append)
+    member.request_rejoin("a test")
+    start = time.monotonic()
+    assert member.ensure_active(["t0"]) == tps("t0p0 t0p1 t0p2")
+    assert 0.3 <= time.monotonic() - start < 2.0
+    assert outcomes == [False] and member.generation.generation_id == 2
+    assert len(fake.sent(OFFSET_COMMIT)) > 2             # made again, synchronously
+    assert "within 300 ms" in caplog.text and "t0-1@7" in caplog.text
+
+
+def test_leaving_with_a_commit_that_cannot_be_made(fake, make_member, caplog):
+    member = make_member(fake, "C0", heartbeat_interval_ms=60_000, request_timeout_ms=500,
+                         api_timeout_ms=200)
+    member.ensure_active(["t0"])
+    fake.commit_error = COORDINATOR_NOT_AVAILABLE
+    outcomes = []
+    member.commit_async({("t0", 1): 7}, outcomes.append)
+    member.leave()
+    assert outcomes == [False]
+    assert [r.kind for r in fake.records()][-1] == LEAVE and fake.members(GROUP) == []
+    assert "t0-1@7" in caplog.text and "within 200 ms" in caplog.text
 
 
 def test_commits_apply_in_order_and_one_waits_for_the_one_before(fake, make_member):

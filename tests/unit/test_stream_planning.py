@@ -680,6 +680,56 @@ def test_fenced_member_commits_nothing_when_spark_commits_late():
     assert member.commits == [{T0: 10, T1: 10}]
 
 
+# --- commits the coordinator cannot write (a real GroupMember against the fake coordinator) -------
+
+def test_triggers_go_on_while_the_coordinator_cannot_write_commits(coordinator, member_reader,
+                                                                   caplog):
+    # The offsets topic lacks in-sync replicas: OffsetCommit answers COORDINATOR_NOT_AVAILABLE
+    # for longer than kafka.default.api.timeout.ms, while every data partition is readable.
+    # That used to fail the query (the commit was retried synchronously for the api timeout).
+    cluster = Cluster({tp: 10 for tp in T4})
+    reader = member_reader(cluster, startingOffsets="earliest",
+                           **{"kafka.default.api.timeout.ms": "200"})
+    spark = Spark(reader)
+    assert spark.trigger() == [("t", p, 0, 10) for p in range(4)]
+    history = []
+
+    def trigger_with_new_records():
+        for tp in T4:
+            cluster.set(tp, decode_offsets(spark.start)[tp] + 5)
+        began = time.monotonic()
+        read = spark.trigger()
+        assert time.monotonic() - began < 0.5            # never waits out the api timeout
+        history.append(dict(coordinator.group(GROUP).offsets))
+        return read
+
+    assert trigger_with_new_records() == [("t", p, 10, 15) for p in range(4)]
+    assert coordinator.group(GROUP).offsets == {tp: 10 for tp in T4}
+    coordinator.commit_error = 15                        # COORDINATOR_NOT_AVAILABLE
+    start = time.monotonic()
+    triggers = 0
+    while time.monotonic() - start < 0.6:                # three api timeouts
+        end = decode_offsets(spark.start)[T0]
+        assert trigger_with_new_records() == [("t", p, end, end + 5) for p in range(4)]
+        triggers += 1
+        time.sleep(0.03)
+    assert coordinator.group(GROUP).offsets == {tp: 10 for tp in T4}   # the last one written
+    assert reader.member.stable and reader.member.generations_lost == 0
+    assert f"Group '{GROUP}': commit of t-0@15, t-1@15, t-2@15, t-3@15 failed " \
+        "(CoordinatorNotAvailableError" in caplog.text
+
+    coordinator.commit_error = None                      # it recovers
+    assert spark.trigger() is None                       # idle: commits the newest end
+    newest = decode_offsets(spark.start)
+    assert spark.trigger() is None
+    assert coordinator.group(GROUP).offsets == newest
+    history.append(dict(coordinator.group(GROUP).offsets))
+    for tp in T4:                                        # never backwards
+        seen = [h[tp] for h in history if tp in h]
+        assert seen == sorted(seen), seen
+    assert triggers >= 3
+
+
 # --- new partitions ------------------------------------------------------------------------------
 
 def test_new_partition_starts_at_its_log_start():
