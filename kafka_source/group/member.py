@@ -346,11 +346,14 @@ class GroupMember:
                 for member_id in subscriptions]
 
     def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
-        """Partition count of each topic that exists (absent topics are left out)."""
+        """Partition count of each topic that exists (absent topics are left out). A topic
+        this client has seen that the answer lacks is doubted first (RetriableBrokerError: the
+        join is tried again), so that the leader does not assign without the partitions of a
+        topic a just-started broker does not know yet (:mod:`kafka_source.wire.metadata_view`)."""
         topics = list(topics)
         if not topics:
             return {}
-        infos = self._client.metadata(topics)
+        infos = self._client.checked_metadata(topics, self._client.view.known_partitions(topics))
         return {t: len(i.partitions) for t, i in infos.items() if i.error_code == 0}
 
     def _on_group_error(self, err, what: str) -> None:

@@ -44,6 +44,13 @@ a topic was deleted or truncated finds out when it reads (``failOnDataLoss``).
 Offsets are Spark's Kafka source JSON, ``{"topic": {"partition": next_offset}}``, holding the
 partitions this member read in that batch.
 
+Restarting from a checkpoint: Spark calls ``latestOffset`` with the checkpoint's offsets and
+never ``initialOffset``. The partitions this reader knew before are then the checkpoint's, not
+those of the first metadata this process sees: a partition created while the query was down (a
+topic grown, a topic matching ``subscribePattern`` created) is new to the query, and starts at its
+log start, as in Spark, unless the group has committed an offset for it -- not at
+``kafka.auto.offset.reset`` (``latest`` would skip the records written to it meanwhile).
+
 Leaving the group on ``query.stop()``: Spark ends the planning process by closing its socket and
 sending it SIGTERM at once (measured on PySpark 4.3). Python's default SIGTERM action kills the
 process before PySpark's runner reaches ``stop()``, so the member stayed in the group until
@@ -110,6 +117,7 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         self._lost_seen: int | None = None
         self._known: set[TopicPartition] | None = None  # partitions when this reader began
         self._initial: Offsets | None = None
+        self._planned = False                            # initialOffset/latestOffset ran
         self._committed: Offsets = {}                    # what this process last committed
         self._latest: Offsets | None = None              # for reportLatestOffset
         self._target: Offsets | None = None              # Trigger.AvailableNow
@@ -160,6 +168,7 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         self._previous = frozenset(owned)
         self._lost_seen = self.member.generations_lost_at_assignment
         self._initial = dict(positions)
+        self._planned = True
         log.info("Query starts at %s (startingOffsets=%s, group '%s')",
                  encode_offsets(positions), spec.kind, self.options.group.group_id)
         return encode_offsets(positions)
@@ -178,6 +187,15 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         start_pos = decode_offsets(start)
+        if not self._planned:
+            # Restored from a checkpoint (module docstring): the partitions known before are
+            # the checkpoint's, even if prepareForTriggerAvailableNow saw the metadata first.
+            self._planned = True
+            self._known = set(start_pos)
+            log.info("Restarting from a checkpoint with %s; partitions not in it start at "
+                     "their log start unless group '%s' has committed offsets for them",
+                     _describe(sorted(start_pos)) or "no partitions",
+                     self.options.group.group_id)
         member = self.member
         # The last trigger's commit: answered long ago (a micro-batch ran since); a refusal
         # (fenced member) is known before this trigger decides anything.

@@ -414,12 +414,8 @@ class BrokerClient:
         expect = names if expected is None else sorted(set(expected))
 
         def attempt():
-            infos = self.metadata(names)
+            infos = self.checked_metadata(names, self.view.known_partitions(expect or ()))
             node = self.last_metadata_node
-            try:
-                self.view.confirm_present(node, infos, self.view.known_partitions(expect or ()))
-            except UnconfirmedAnswer as exc:
-                raise UnsettledMetadata(str(exc), infos) from None
             unknown = [t for t in names or () if infos.get(t) is None
                        or infos[t].error_code == Errors.UnknownTopicOrPartitionError.errno]
             if unknown and not any(info.error_code == 0
@@ -447,16 +443,24 @@ class BrokerClient:
                 return doubted.infos
             raise
 
+    def checked_metadata(self, topics: Iterable[str] | None,
+                         expected: Iterable[TopicPartition]) -> dict[str, TopicInfo]:
+        """:meth:`metadata`, raising :class:`UnsettledMetadata` while the answer lacks one of
+        the ``expected`` partitions (ones that existed) and that is still doubted
+        (:meth:`MetadataView.confirm_present`)."""
+        infos = self.metadata(topics)
+        try:
+            self.view.confirm_present(self.last_metadata_node, infos, expected)
+        except UnconfirmedAnswer as exc:
+            raise UnsettledMetadata(str(exc), infos) from None
+        return infos
+
     def leaders(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The current leader of each partition; RetriableBrokerError while one has none, and
         while an answer lacking one of them is doubted (they are all taken to have existed:
         they come from metadata or from a planned range); then TopicNotFoundError."""
         partitions = list(partitions)
-        infos = self.metadata({t for t, _ in partitions})
-        try:
-            self.view.confirm_present(self.last_metadata_node, infos, partitions)
-        except UnconfirmedAnswer as exc:
-            raise UnsettledMetadata(str(exc), infos) from None
+        infos = self.checked_metadata({t for t, _ in partitions}, partitions)
         result = {}
         for topic, partition in partitions:
             info = readable_topic(topic, infos.get(topic), self.bootstrap_servers)

@@ -204,6 +204,53 @@ def test_new_checkpoint_in_same_group_resumes_from_committed_offsets(spark, boot
     assert committed(bootstrap_servers, group, topic) == {0: 13, 1: 14}
 
 
+def grow_topic(bootstrap, topic, partitions, timeout_s=30):
+    """Add partitions to ``topic`` (to ``partitions`` in all) and wait until a client sees them."""
+    from kafka.admin import NewPartitions
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_partitions({topic: NewPartitions(total_count=partitions)})
+    finally:
+        admin.close()
+
+    def seen():
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+        try:
+            return len(consumer.partitions_for_topic(topic) or ()) == partitions
+        finally:
+            consumer.close()
+
+    wait_until(seen, timeout_s, f"{topic} to have {partitions} partitions")
+
+
+def test_partitions_created_between_two_runs_of_a_checkpoint_are_read_from_their_start(
+        spark, bootstrap_servers, group_timeouts, tmp_path):
+    # Two Trigger.AvailableNow runs of one checkpoint; the topic grows from 2 to 4 partitions
+    # between them and 400 records go to all four. The new partitions, which the group has no
+    # commit for, used to start at kafka.auto.offset.reset (latest): their 200 records were
+    # skipped. As in Spark, partitions new to the checkpoint start at their log start.
+    topic = unique_topic_name("grow")
+    create_topic(bootstrap_servers, topic, partitions=2)
+    group = unique_topic_name("g-grow")
+    opts = stream_options(bootstrap_servers, topic, group_timeouts,
+                          **{"kafka.group.id": group, "startingOffsets": "earliest"})
+    ck, out = str(tmp_path / "ck"), str(tmp_path / "out")
+    produce_counts(bootstrap_servers, topic, {0: 10, 1: 10})
+    run_available_now(spark, opts, ck, out)
+    assert committed(bootstrap_servers, group, topic) == {0: 10, 1: 10}
+
+    grow_topic(bootstrap_servers, topic, 4)
+    second = {p: 100 for p in range(4)}
+    produce_counts(bootstrap_servers, topic, second, start={0: 10, 1: 10}, one_per_batch=False)
+    run_available_now(spark, opts, ck, out)
+
+    rows = sink_rows(spark, out)
+    assert len(rows) == 420 and len(set(rows)) == 420          # each record exactly once
+    assert sorted(rows) == expected_rows({0: 110, 1: 110, 2: 100, 3: 100})
+    assert committed(bootstrap_servers, group, topic) == {0: 110, 1: 110, 2: 100, 3: 100}
+
+
 class PlainConsumer:
     """A kafka-python group member polling in a thread, recording what it reads."""
 

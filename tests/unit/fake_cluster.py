@@ -37,6 +37,7 @@ class FakeLog:
     aborted: list = field(default_factory=list)     # (producer_id, first_offset)
     high_watermark: int | None = None               # default: last batch's last offset + 1
     timestamps: dict = field(default_factory=dict)  # timestamp -> offset for ListOffsets
+    last_stable: int | None = None                  # default: the high watermark
 
 
 class FakeCluster:
@@ -95,6 +96,7 @@ class FakeCluster:
     # The real retry loop around ``metadata`` (it only uses ``metadata``, ``view`` and
     # ``bootstrap_servers``), so planning is tested with the retries it really has.
     topic_metadata = BrokerClient.topic_metadata
+    checked_metadata = BrokerClient.checked_metadata
 
     def leaders(self, tps):
         for topic, partition in tps:
@@ -115,7 +117,8 @@ class FakeCluster:
             if target == -2:
                 out[tp] = (log.log_start, -1)
             elif target == -1:
-                out[tp] = (self.hw(tp), -1)
+                lso = log.last_stable if read_committed else None
+                out[tp] = (self.hw(tp) if lso is None else lso, -1)
             else:
                 hits = sorted(o for ts, o in log.timestamps.items() if ts >= target)
                 out[tp] = (hits[0] if hits else -1, target)

@@ -52,7 +52,9 @@ from kafka.protocol.consumer import (HeartbeatRequest, HeartbeatResponse, JoinGr
                                      OffsetFetchRequest, OffsetFetchResponse, SyncGroupRequest,
                                      SyncGroupResponse)
 
-from kafka_source.wire.client import PartitionInfo, RetriableBrokerError, TopicInfo
+from kafka_source.wire.client import (BrokerClient, PartitionInfo, RetriableBrokerError,
+                                     TopicInfo)
+from kafka_source.wire.metadata_view import MetadataView
 
 NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = Errors.UnknownTopicOrPartitionError.errno
@@ -809,6 +811,9 @@ class FakeClient:
         self._answers: list = []           # (future, answer or exception, failed) not yet polled
         self.hold_answers = False
         self.polls = 0
+        # What BrokerClient keeps of Metadata answers (partitions seen, doubts).
+        self.view = MetadataView(confirm_ms=0)
+        self.last_metadata_node = 1
 
     def _check_open(self):
         if self.closed:
@@ -825,7 +830,11 @@ class FakeClient:
 
     def metadata(self, topics: Iterable[str] | None) -> dict[str, TopicInfo]:
         self._check_open()
-        return self.coordinator._metadata(self, topics)
+        infos = self.coordinator._metadata(self, topics)
+        self.view.seen(infos)
+        return infos
+
+    checked_metadata = BrokerClient.checked_metadata
 
     def send_now(self, node_id, request, timeout_ms: int | None = None) -> Future:
         """The request reaches the coordinator now; its answer (or the exception ``send``

@@ -547,6 +547,17 @@ def test_leader_rejoins_when_a_partition_count_changes(fake, make_member):
     assert len(fake.sent(JOIN)) == 2
 
 
+def test_leader_does_not_assign_without_a_topic_a_just_started_broker_does_not_know(
+        fake, make_member):
+    # A ZooKeeper-mode broker just after a restart calls every topic unknown (issue 17): the
+    # leader must not take that for the truth and assign the group nothing of the topic.
+    member = make_member(fake, "C0")
+    assert member.ensure_active(["t0"], {"t0": 3}) == tps("t0p0 t0p1 t0p2")
+    fake.script(METADATA, Errors.UnknownTopicOrPartitionError)
+    member.request_rejoin("test")
+    assert member.ensure_active(["t0"], {"t0": 3}) == tps("t0p0 t0p1 t0p2")
+
+
 def test_leader_rejoins_when_a_topic_missing_at_assignment_appears(fake, make_member):
     # the leader's metadata did not show t0 when it assigned (e.g. leader not yet elected),
     # so nobody got t0; once the metadata shows it, the leader must rebalance

@@ -765,6 +765,67 @@ def test_new_partition_first_owned_elsewhere_is_still_read_from_its_start():
     assert spark.start == o(t={0: 10, 1: 0, 2: 5})
 
 
+T3 = ("t", 3)
+
+
+@pytest.mark.parametrize("available_now", [True, False])
+def test_partitions_created_while_the_query_was_down_start_at_their_log_start(available_now):
+    # One checkpoint, two runs: t had partitions 0-1 at the first; 2-3 were created (and
+    # written to) before the second. Without a committed offset they are new to the query:
+    # from their log start, not kafka.auto.offset.reset=latest (which skipped their records).
+    cluster = Cluster({T0: 10, T1: 10, T2: 7, T3: 5})
+    member = FakeMember([T0, T1, T2, T3], committed={T0: 10, T1: 10})
+    reader = make_reader(cluster, member, **{"kafka.group.id": "g"})
+    if available_now:
+        reader.prepareForTriggerAvailableNow()     # runs before the first latestOffset
+    spark = Spark(reader, start=o(t={0: 10, 1: 10}))   # restored: no initialOffset
+    assert spark.trigger() == []                   # adopted with an empty range ...
+    assert spark.start == o(t={0: 10, 1: 10, 2: 0, 3: 0})
+    assert spark.trigger() == [("t", 2, 0, 7), ("t", 3, 0, 5)]   # ... then read from 0
+    assert spark.trigger() is None
+    assert member.group == {T0: 10, T1: 10, T2: 7, T3: 5}
+
+
+def test_topic_created_while_the_query_was_down_starts_at_its_log_start():
+    cluster = Cluster({("a1", 0): 10, ("a2", 0): 4, ("a2", 1): 3})
+    member = FakeMember([("a1", 0), ("a2", 0), ("a2", 1)], committed={("a2", 1): 2})
+    reader = make_reader(cluster, member, subscribePattern="a.*")
+    spark = Spark(reader, start=o(a1={0: 10}))
+    assert spark.trigger() == []
+    assert spark.start == o(a1={0: 10}, a2={0: 0, 1: 2})    # a committed offset still wins
+    assert spark.trigger() == [("a2", 0, 0, 4), ("a2", 1, 2, 3)]
+
+
+def test_partition_created_while_the_query_was_down_whose_records_were_deleted(caplog):
+    for fail in ("true", "false"):
+        cluster = Cluster({T0: 10, T1: 9})
+        cluster.set(T1, 9, log_start=4)
+        member = FakeMember([T0, T1])
+        spark = Spark(make_reader(cluster, member, failOnDataLoss=fail), start=o(t={0: 10}))
+        if fail == "true":
+            with pytest.raises(DataLossError, match="New partition t-1 starts at offset 4"):
+                spark.trigger()
+        else:
+            with caplog.at_level(logging.WARNING):
+                spark.trigger()
+            assert spark.start == o(t={0: 10, 1: 4})
+
+
+def test_partition_of_the_checkpoint_without_a_commit_is_not_new_after_a_restart():
+    # Lost to another member and back, without a commit: not created meanwhile, so the reset
+    # policy applies (the checkpoint's partitions are the ones the query knew).
+    cluster = Cluster({T0: 10, T1: 10})
+    member = FakeMember([T0, T1])
+    reader = make_reader(cluster, member, commitOffsets="false")
+    spark = Spark(reader, start=o(t={0: 10, 1: 3}))
+    assert spark.trigger() == [("t", 1, 3, 10)]
+    member.assign(T0)
+    spark.trigger()
+    member.assign(T0, T1)
+    spark.trigger()
+    assert member.group == {} and spark.start == o(t={0: 10, 1: 10})   # latest, not 0
+
+
 def test_new_partition_with_a_commit_uses_it():
     cluster = Cluster({T0: 10})
     member = FakeMember([T0])
