@@ -283,10 +283,17 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
     # --- steps of a trigger -------------------------------------------------------------------
 
     def _current_partitions(self, *, strict: bool) -> list[TopicPartition]:
-        """Every partition the subscription covers now (strict: missing topics are errors)."""
+        """Every partition the subscription covers now (strict: missing topics are errors).
+
+        A topic or partition read at the last trigger that an answer lacks is doubted before
+        it is taken as deleted (:mod:`kafka_source.wire.metadata_view`): a broker that has
+        just started may not know it yet. With ``subscribePattern`` those are the topics read
+        at the last trigger; with named topics, the named ones."""
         sub = self.options.source.subscription
+        expected = self._counts.keys() if sub.kind == "subscribePattern" else None
         infos = self.client.topic_metadata(subscription_topics(sub),
-                                           planning_retries(self.options.source))
+                                           planning_retries(self.options.source),
+                                           expected=expected)
         result, self._counts = partitions_in_metadata(self.client, sub, infos, strict=strict)
         if self._known is None:
             self._known = set(result)
@@ -360,7 +367,7 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
             offset = committed.get(tp)
             if offset is not None:
                 offset = check_start_for_data_loss(tp, offset, earliest[tp], self.options.source)
-                if offset > latest[tp]:
+                if offset > latest[tp] and not self._within_open_transactions(tp, offset):
                     self._data_loss(f"The committed offset {offset} of {tp[0]}-{tp[1]} in group "
                                     f"'{group.group_id}' is beyond the end of the log "
                                     f"({latest[tp]}): the topic was recreated or truncated.",
@@ -395,14 +402,37 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
                             "yet read from them are lost.", "Dropping them")
 
     def _check_latest(self, start: Offsets, latest: Offsets) -> Offsets:
-        """Latest offsets, after checking none went backwards (topic recreated or truncated)."""
+        """Latest offsets, after checking none went backwards (topic recreated or truncated).
+
+        With ``read_committed`` the latest offset is the last stable offset, which an open
+        transaction holds back: a start past it (a committed offset of a read_uncommitted
+        member of the group, or a timestamp's offset) waits there while the log goes on past
+        it; only a start past the log's end is data loss."""
+        latest = dict(latest)
         for tp, offset in start.items():
             end = latest.get(tp, offset)
-            if end < offset:
-                self._data_loss(f"{tp[0]}-{tp[1]}'s log now ends at {end}, before offset "
-                                f"{offset} where the query was: the topic was recreated or its "
-                                "log truncated.", f"Continuing from {end}")
+            if end >= offset:
+                continue
+            if self._within_open_transactions(tp, offset):
+                latest[tp] = offset
+                continue
+            self._data_loss(f"{tp[0]}-{tp[1]}'s log now ends at {end}, before offset "
+                            f"{offset} where the query was: the topic was recreated or its "
+                            "log truncated.", f"Continuing from {end}")
         return latest
+
+    def _within_open_transactions(self, tp: TopicPartition, offset: int) -> bool:
+        """With ``read_committed``: whether ``offset``, past the last stable offset, is still
+        within the log (its high watermark), i.e. held back by open transactions."""
+        if not self.options.source.read_committed:
+            return False
+        high_watermark = self._list([tp], LATEST_TIMESTAMP, read_committed=False)[tp]
+        if offset <= high_watermark:
+            log.info("%s-%d: offset %d is past the last stable offset (open transactions) but "
+                     "within the log (it ends at %d): waiting there", tp[0], tp[1], offset,
+                     high_watermark)
+            return True
+        return False
 
     def _admit(self, start: Offsets, latest: Offsets, limit: ReadLimit) -> Offsets:
         """End offsets of the next batch under the trigger's read limit."""
@@ -428,12 +458,14 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
             return rate_limit(max_rows, start, latest)
         return dict(latest)
 
-    def _list(self, partitions, target: int) -> Offsets:
+    def _list(self, partitions, target: int, *, read_committed: bool | None = None) -> Offsets:
         if not partitions:
             return {}
         src = self.options.source
+        if read_committed is None:
+            read_committed = src.read_committed
         listed = self.client.list_offsets({tp: target for tp in partitions},
-                                          read_committed=src.read_committed,
+                                          read_committed=read_committed,
                                           retries=planning_retries(src))
         return {tp: off for tp, (off, _) in listed.items()}
 

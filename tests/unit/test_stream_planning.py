@@ -281,14 +281,36 @@ def test_initial_offset_group_committed_beyond_log_end(three):
     assert reader.initialOffset() == o(t={0: 10})
 
 
+def test_read_committed_committed_offset_past_open_transactions_is_no_data_loss():
+    # A read_uncommitted member of the group committed 15; transactions still open hold the
+    # last stable offset at 10 while the log ends at 20. It used to be "recreated or
+    # truncated" (issue 17, item 6); only past the log's end is it data loss.
+    cluster = Cluster({T0: 20})
+    cluster.logs[T0].last_stable = 10
+    member = FakeMember([T0], committed={T0: 15})
+    spark = Spark(make_reader(cluster, member, **{"kafka.group.id": "g",
+                                                  "kafka.isolation.level": "read_committed"}))
+    assert spark.start == o(t={0: 15})
+    assert spark.trigger() is None                    # waits at 15 while the LSO is behind it
+    assert spark.start == o(t={0: 15})
+    cluster.logs[T0].last_stable = 20                 # the transactions ended
+    assert spark.trigger() == [("t", 0, 15, 20)]
+    beyond = FakeMember([T0], committed={T0: 25})
+    with pytest.raises(DataLossError, match="recreated"):
+        make_reader(cluster, beyond, **{"kafka.group.id": "g",
+                                        "kafka.isolation.level": "read_committed"}
+                    ).initialOffset()
+
+
 def test_initial_offset_missing_topic_is_a_clear_error_at_once(three):
-    # A broker that knows the cluster (its answer lists brokers) answers UNKNOWN_TOPIC_OR_PARTITION:
-    # the topic does not exist, and retrying would only delay saying so.
+    # A broker that knows the cluster (its answer lists brokers, its whole topic list has
+    # topics) answers UNKNOWN_TOPIC_OR_PARTITION: the topic does not exist, and retrying would
+    # only delay saying so.
     reader = make_reader(three, FakeMember([T0]), subscribe="t,nope",
                          **{"fetchOffset.retryIntervalMs": "0", "fetchOffset.numRetries": "2"})
     with pytest.raises(TopicError, match="'nope' does not exist"):
         reader.initialOffset()
-    assert three.metadata_calls == [["nope", "t"]]
+    assert three.metadata_calls == [["nope", "t"], None]
 
 
 def test_planning_outlasts_a_restarting_broker(three):
@@ -887,6 +909,23 @@ def test_deleted_topic_is_data_loss(caplog):
             assert "u-0" in caplog.text
             cluster.set(T0, 12)
             assert spark.trigger() == [("t", 0, 11, 12)]      # goes on without 'u'
+
+
+@pytest.mark.parametrize("subscription", [{"subscribe": "t,u"}, {"subscribePattern": "[tu]"}])
+def test_a_broker_that_does_not_know_the_topics_yet_is_not_taken_for_a_deletion(subscription):
+    # A ZooKeeper-mode broker just after a restart answers with brokers and every topic unknown
+    # (measured on Kafka 2.2); a stream took that for a deleted topic and died (issue 17).
+    cluster = Cluster({T0: 10, ("u", 0): 10})
+    cluster.view.confirm_ms = 60_000                  # the client's bound: not reached here
+    member = FakeMember([T0, ("u", 0)])
+    spark = Spark(make_reader(cluster, member, startingOffsets="earliest",
+                              **{"fetchOffset.retryIntervalMs": "0"}, **subscription))
+    assert spark.trigger() == [("t", 0, 0, 10), ("u", 0, 0, 10)]
+    cluster.set(T0, 12)
+    cluster.set(("u", 0), 13)
+    cluster.topic_errors.update(t=[3], u=[3, 3])          # UNKNOWN_TOPIC_OR_PARTITION, twice
+    assert spark.trigger() == [("t", 0, 10, 12), ("u", 0, 10, 13)]
+    assert all(topics == ["t", "u"] for topics, _ in member.ensure_calls)   # never resubscribed
 
 
 def test_vanished_partition_is_data_loss():
