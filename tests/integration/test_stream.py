@@ -395,6 +395,102 @@ def test_member_joining_and_leaving_mid_stream_loses_nothing(spark, bootstrap_se
             plain.close()
 
 
+@pytest.mark.skip_on_embedded("needs Kafka's classic group coordinator, which drops a member "
+                              "that does not rejoin within its rebalance timeout")
+def test_fenced_query_neither_commits_backwards_nor_reads_again(spark, bootstrap_servers,
+                                                                tmp_path):
+    """Measured on Kafka 2.2 before the fix: the query's second micro-batch runs longer than
+    kafka.max.poll.interval.ms; meanwhile a kafka-python consumer joins, gets all four
+    partitions (the coordinator drops the query's member for not rejoining), reads to the end,
+    commits 500 on each and leaves. The query came back with the same partitions, committed
+    its old end (200) over the 500 and read 200..500 again. Now it adopts them from the group's
+    committed offsets: committed offsets never go backwards, nothing is read twice."""
+    topic = unique_topic_name("fenced")
+    create_topic(bootstrap_servers, topic, partitions=4)
+    group = unique_topic_name("g-fenced")
+    produce_counts(bootstrap_servers, topic, {p: 500 for p in range(4)}, one_per_batch=False)
+    slow_batch, other_done = threading.Event(), threading.Event()
+    query_rows: list[tuple[int, int]] = []
+
+    def sink(df, batch_id):
+        query_rows.extend((r.partition, r.offset) for r in df.select("partition", "offset")
+                          .collect())
+        if batch_id == 1:                       # the long micro-batch
+            slow_batch.set()
+            other_done.wait(120)
+
+    options = stream_options(bootstrap_servers, topic, (6_000, 1_000),
+                             **{"kafka.group.id": group, "startingOffsets": "earliest",
+                                "maxOffsetsPerTrigger": 400,
+                                "kafka.max.poll.interval.ms": 10_000})
+    history: list[dict[int, int]] = []
+    watching = threading.Event()
+
+    def watch_commits():
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers)
+        try:
+            while not watching.is_set():
+                try:
+                    offsets = admin.list_group_offsets(group).get(group, {})
+                except Exception:  # noqa: BLE001 - e.g. no coordinator yet: ask again
+                    offsets = {}
+                history.append({tp.partition: om.offset for tp, om in offsets.items()
+                                if tp.topic == topic})
+                time.sleep(0.1)
+        finally:
+            admin.close()
+
+    watcher = threading.Thread(target=watch_commits, daemon=True)
+    watcher.start()
+    query = (load_stream(spark, options).writeStream.foreachBatch(sink)
+             .option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(processingTime="300 milliseconds").start())
+    other_rows: list[tuple[int, int]] = []
+    try:
+        assert slow_batch.wait(120), "the query's second micro-batch did not start"
+        other = KafkaConsumer(
+            topic, bootstrap_servers=bootstrap_servers, group_id=group,
+            client_id="other-member", enable_auto_commit=False, auto_offset_reset="earliest",
+            session_timeout_ms=6_000, heartbeat_interval_ms=1_000, max_poll_interval_ms=10_000,
+            partition_assignment_strategy=[RangePartitionAssignor])
+        try:
+            deadline = time.monotonic() + 90
+            while not (len(other.assignment()) == 4 and all(
+                    other.position(tp) == 500 for tp in other.assignment())):
+                assert time.monotonic() < deadline, "the other member did not read to the end"
+                for _tp, msgs in other.poll(timeout_ms=500).items():
+                    other_rows.extend((m.partition, m.offset) for m in msgs)
+            other.commit()
+        finally:
+            other.close()                       # leaves the group
+        assert committed(bootstrap_servers, group, topic) == {p: 500 for p in range(4)}
+        other_done.set()
+
+        # The query rejoins, gets the four partitions back and goes on from the group's 500.
+        produce_counts(bootstrap_servers, topic, {p: 10 for p in range(4)},
+                       start={p: 500 for p in range(4)}, one_per_batch=False)
+        wait_until(lambda: sum(1 for _, o in query_rows if o >= 500) == 40, 120,
+                   "the query to read the records produced after it came back")
+        wait_until(lambda: committed(bootstrap_servers, group, topic) ==
+                   {p: 510 for p in range(4)}, 60, "the query's commit of 510")
+        assert query.exception() is None
+    finally:
+        other_done.set()
+        watching.set()
+        query.stop()
+        watcher.join(10)
+
+    assert not watcher.is_alive() and history[-1] == {p: 510 for p in range(4)}, history[-1:]
+    for p in range(4):
+        seen = [h[p] for h in history if p in h]
+        assert 500 in seen and seen == sorted(seen), \
+            f"partition {p}'s committed offset went back: {seen}"
+    assert len(query_rows) == len(set(query_rows))
+    assert sorted(query_rows) == sorted((p, o) for p in range(4)
+                                        for o in [*range(200), *range(500, 510)])
+    assert min(o for _, o in other_rows) >= 100         # from the query's commit of batch 0
+
+
 def test_idle_stream_keeps_membership_and_commits(spark, bootstrap_servers, group_timeouts,
                                                   tmp_path):
     topic = unique_topic_name("idle")
