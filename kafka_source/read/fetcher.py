@@ -27,6 +27,11 @@ Along the way, per partition, it:
   with ``failOnDataLoss=false`` warn and continue from the log start;
 * finishes a range whose last offsets hold no data records (transaction markers, compaction):
   the decoder's ``next_offset`` moves past them;
+* treats OFFSET_OUT_OF_RANGE at an offset the log holds (as its leader lists it now) as a
+  leader change, not as loss: the leader is looked up again;
+* before offsets that have not appeared in ``kafkaConsumer.pollTimeoutMs`` are called missing,
+  looks the leader up again and fetches once more (the broker taken for the leader may be one
+  an election left behind);
 * waits at most ``kafkaConsumer.pollTimeoutMs`` without progress, for offsets that are not in
   the log yet or for a broker that does not answer.
 """
@@ -62,6 +67,7 @@ _MAX_BACKOFF_MS = 5_000
 _IDLE_SLEEP_S = 0.1              # a round without progress anywhere: wait this long at most
 _MIN_REQUEST_BYTES = 64 << 10    # never ask for less than this for a partition
 _SESSION_ERRORS = (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH)
+_RECHECK_MS = 2_000              # one more look, at a freshly looked-up leader, before loss
 
 
 @dataclass(frozen=True)
@@ -120,6 +126,7 @@ class _Partition:
     available: int | None = None   # the log end (LSO for read_committed) last reported
     use_hint: bool = True          # size the last request from the learned record sizes
     starved: bool = False          # data exists but the last response brought none
+    rechecked: bool = False        # the leader was looked up again before declaring loss
     progressed: bool = field(default=False, repr=False)
 
     @property
@@ -345,7 +352,14 @@ class RangeFetcher:
         err = error_for(code)
         r = st.r
         if err is Errors.OffsetOutOfRangeError:
-            position, finished = self._out_of_range(r, st.position)
+            outcome = self._out_of_range(r, st.position)
+            if outcome is None:
+                # The position is inside the log as its leader lists it now: the broker that
+                # answered was not (or no longer) the leader with that log. Look it up again.
+                self._failed([st], f"OFFSET_OUT_OF_RANGE at offset {st.position}, which the "
+                                   "partition's log holds (a leader change?)")
+                return
+            position, finished = outcome
             st.position = position
             st.progressed = True
             st.deadline.reset()
@@ -394,6 +408,14 @@ class RangeFetcher:
         for st in list(parts.values()):
             if st.available is None or st.position < st.available or not st.deadline.passed:
                 continue
+            if not st.rechecked:
+                # The log end came from the broker taken for the leader; after an election that
+                # broker may be behind the new leader. Ask for the leader again and fetch once
+                # more, for a short while, before the offsets are called missing.
+                st.rechecked = True
+                self._leaders.pop(st.tp, None)
+                st.deadline.at = time.monotonic() + min(s.poll_timeout_ms, _RECHECK_MS) / 1000
+                continue
             r = st.r
             message = (f"{r.topic}-{r.partition}: offsets {st.position} to {r.end - 1} of the "
                        f"range [{r.start}, {r.end}) are not in Kafka; the log ends at "
@@ -420,7 +442,10 @@ class RangeFetcher:
             until = min(until, min(waiting))   # everyone backs off: until the first may retry
         time.sleep(max(0.0, until - now))
 
-    def _out_of_range(self, r: OffsetRange, position: int) -> tuple[int, bool]:
+    def _out_of_range(self, r: OffsetRange, position: int) -> tuple[int, bool] | None:
+        """Where to go on after OFFSET_OUT_OF_RANGE at ``position``: (position, finished) after
+        data loss below the log start or past its end; None when the log, as listed now, holds
+        ``position`` (the answer came from a broker whose log was not the leader's)."""
         tp = r.topic_partition
         bounds = self.client.list_offsets({tp: EARLIEST_TIMESTAMP},
                                           read_committed=self.settings.read_committed)
@@ -436,6 +461,8 @@ class RangeFetcher:
             return log_start, log_start >= r.end
         latest = self.client.list_offsets({tp: LATEST_TIMESTAMP},
                                           read_committed=self.settings.read_committed)[tp][0]
+        if position <= latest:
+            return None
         message = (f"Offset {position} of {r.topic}-{r.partition} is beyond the end of the log "
                    f"({latest}): the log was truncated or the topic was recreated.")
         on_data_loss(self.settings.fail_on_data_loss, message,

@@ -8,7 +8,8 @@ from kafka_source.errors import BrokerUnavailableError, DataLossError, KafkaSour
 from kafka_source.read.fetcher import FetchSettings, RangeFetcher
 from kafka_source.read.offsets import OffsetRange
 
-from .fake_cluster import NOT_LEADER_OR_FOLLOWER, FakeCluster, FakeLog, unreachable
+from .fake_cluster import (NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE, FakeCluster, FakeLog,
+                           unreachable)
 from .record_builder import R, control_batch, v2_batch
 
 TP = ("t", 0)
@@ -151,6 +152,36 @@ def test_range_beyond_the_log_end_waits_then_fails_or_ends():
     got = read_offsets(cluster, OffsetRange("t", 0, 0, 10), poll_timeout_ms=100,
                        fail_on_data_loss=False)
     assert got == [0, 1, 2, 3, 4]
+
+
+def test_out_of_range_inside_the_log_is_a_leader_change_not_loss():
+    # A broker that is no longer the leader (or a new leader still catching up) may answer
+    # OFFSET_OUT_OF_RANGE for an offset the partition's log holds: it used to end the range
+    # as "beyond the end of the log" (issue 17, item 5).
+    cluster = FakeCluster({TP: FakeLog(batches=[v2_batch(values(4), 0)])})
+    cluster.script = [OFFSET_OUT_OF_RANGE, OFFSET_OUT_OF_RANGE]
+    assert read_offsets(cluster, OffsetRange("t", 0, 0, 4)) == [0, 1, 2, 3]
+    assert len(cluster.fetches) == 3
+
+
+def test_the_leader_is_looked_up_again_before_offsets_are_called_missing():
+    # The broker taken for the leader lists a shorter log (an election left it behind); the
+    # leader looked up again has the offsets: they are read, not declared lost.
+    log = FakeLog(batches=[v2_batch(values(5), 0)])
+    cluster = FakeCluster({TP: log})
+    lookups = []
+    leaders = cluster.leaders
+
+    def leaders_then_catch_up(tps):
+        lookups.append(list(tps))
+        if len(lookups) == 2:
+            log.batches.append(v2_batch(values(5, 5), 5))
+        return leaders(tps)
+
+    cluster.leaders = leaders_then_catch_up
+    assert read_offsets(cluster, OffsetRange("t", 0, 0, 10), poll_timeout_ms=100) == \
+        list(range(10))
+    assert len(lookups) == 2
 
 
 # --- several partitions per task ----------------------------------------------------------------
