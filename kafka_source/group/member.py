@@ -557,7 +557,10 @@ class GroupMember:
     def _settle(self, pending: "_PendingCommit", retry_ms: int | None) -> bool:
         future, error = pending.future, pending.error
         if future is not None:
-            deadline = pending.sent_at + self.request_timeout_ms / 1000 + 1
+            # Polled a little in any case: after a micro-batch longer than the request timeout
+            # the answer may wait in the socket, read by nobody since.
+            deadline = max(pending.sent_at + self.request_timeout_ms / 1000 + 1,
+                           time.monotonic() + 0.2)
             try:
                 while not future.is_done and time.monotonic() < deadline:
                     self._client.poll(100)

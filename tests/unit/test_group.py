@@ -837,6 +837,18 @@ def test_commit_async_whose_answer_never_comes_is_given_up_within_bounds(fake, m
     assert outcomes == [False, True] and len(fake.sent(OFFSET_COMMIT)) == 3
 
 
+def test_commit_async_answered_during_a_micro_batch_longer_than_the_request_timeout(
+        fake, make_member):
+    # The answer came long ago and waits unread: it is read, not taken for a lost commit.
+    member = make_member(fake, "C0", heartbeat_interval_ms=60_000, request_timeout_ms=100)
+    member.ensure_active(["t0"])
+    outcomes = []
+    member.commit_async({("t0", 0): 4}, outcomes.append)
+    member._pending_commit.sent_at -= 60                # sent a minute ago
+    member.settle_commits()
+    assert outcomes == [True] and len(fake.sent(OFFSET_COMMIT)) == 1
+
+
 def test_commits_failing_for_longer_than_the_api_timeout_do_not_fail_the_member(fake,
                                                                                 make_member,
                                                                                 caplog):
