@@ -76,7 +76,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
 
 from .admission import hold_back, rate_limit
 from ..wire.client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient, TopicPartition
-from ..errors import OptionError
+from ..errors import KafkaSourceError, OptionError
 from .offsets import (OffsetRange, OffsetResolver, check_start_for_data_loss, on_data_loss,
                       partitions_in_metadata, planning_retries, subscription_topics)
 from ..config.options import StreamOptions
@@ -118,6 +118,9 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         self._known: set[TopicPartition] | None = None  # partitions when this reader began
         self._initial: Offsets | None = None
         self._planned = False                            # initialOffset/latestOffset ran
+        # After a restart: the group's committed offsets ahead of the checkpoint, not to be
+        # committed over (see _group_floor).
+        self._floor: Offsets = {}
         self._committed: Offsets = {}                    # what this process last committed
         self._latest: Offsets | None = None              # for reportLatestOffset
         self._target: Offsets | None = None              # Trigger.AvailableNow
@@ -196,6 +199,7 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
                      "their log start unless group '%s' has committed offsets for them",
                      _describe(sorted(start_pos)) or "no partitions",
                      self.options.group.group_id)
+            self._floor = self._group_floor(start_pos)
         member = self.member
         # The last trigger's commit: answered long ago (a micro-batch ran since); a refusal
         # (fenced member) is known before this trigger decides anything.
@@ -314,7 +318,7 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         previous = frozenset() if self._fenced() else self._previous
         todo = {tp: off for tp, off in self._trusted(completed, self.member.assignment,
                                                       previous).items()
-                if self._committed.get(tp) != off}
+                if self._committed.get(tp) != off and off >= self._floor.get(tp, off)}
         if not todo:
             return
         self._committed.update(todo)
@@ -328,6 +332,32 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
                         del self._committed[tp]
 
         self.member.commit_async(todo, on_done)
+
+    def _group_floor(self, start: Offsets) -> Offsets:
+        """The group's committed offsets that are ahead of a restored checkpoint's.
+
+        While the query was down another member of the group (a consumer, another query) may
+        have read its partitions and committed further. The query still reads from its
+        checkpoint -- that is what makes its sink exactly-once -- but committing its older
+        offsets would move the group's backwards (and make every member that takes the
+        partitions later read them again). So a partition is committed again only once the
+        query has passed the group's offset."""
+        if not self.options.group.commit_offsets or not start:
+            return {}
+        try:
+            committed = self.member.committed(sorted(start))
+        except KafkaSourceError as exc:       # reading must not wait for the coordinator
+            log.warning("Group '%s': could not fetch its committed offsets at restart (%s); "
+                        "committing the checkpoint's", self.options.group.group_id, exc)
+            return {}
+        floor = {tp: off for tp, off in committed.items()
+                 if off is not None and off > start[tp]}
+        for (topic, partition), off in sorted(floor.items()):
+            log.info("Group '%s' has committed %d for %s-%d, ahead of the checkpoint's %d: the "
+                     "query reads from its checkpoint and commits the partition once past %d",
+                     self.options.group.group_id, off, topic, partition, start[(topic, partition)],
+                     off)
+        return floor
 
     def _available_now_unchanged(self, start: Offsets) -> bool:
         """Trigger.AvailableNow, and the member owns the partitions of ``start``, as at the last

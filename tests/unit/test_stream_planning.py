@@ -564,9 +564,20 @@ def test_after_restart_the_checkpoint_wins_for_owned_partitions():
     end = reader.latestOffset(checkpoint, ReadAllAvailable())
     assert end == o(t={0: 50, 1: 30})
     assert ranges(reader, checkpoint, end) == [("t", 0, 10, 50)]
-    # The checkpoint's batch completed before the restart: committed for the owned partition.
+    # The checkpoint's batch completed before the restart, but the group's 30 is ahead of it:
+    # never committed backwards (issue 17); committed again once the query passes it.
+    assert member.commits == []
+    assert member.committed_calls == [[T0, T2], [T1]]
+    assert reader.latestOffset(end, ReadAllAvailable()) == o(t={0: 50, 1: 50})
+    assert member.commits == [{T0: 50, T1: 30}]
+
+
+def test_after_restart_the_checkpoint_is_committed_when_the_group_is_behind_it():
+    cluster = Cluster({T0: 50})
+    member = FakeMember([T0], committed={T0: 5})
+    reader = make_reader(cluster, member, **{"kafka.group.id": "g"})
+    reader.latestOffset(o(t={0: 10}), ReadAllAvailable())
     assert member.commits == [{T0: 10}]
-    assert member.committed_calls == [[T1]]
 
 
 # --- fencing (a real GroupMember against the fake coordinator) ----------------------------------
