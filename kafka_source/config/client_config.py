@@ -45,6 +45,9 @@ _CONNECTION_SETTINGS = {
     # non-standard but convenient Python-side names
     "sasl.username": ("sasl_plain_username", str),
     "sasl.password": ("sasl_plain_password", Secret),
+    # kafka-python's name (the Java consumer has no such limit): the largest response accepted,
+    # never below what the fetch sizes need (see receive_message_max_bytes below)
+    "receive.message.max.bytes": ("receive_message_max_bytes", int),
 }
 
 # TLS settings, read by kafka_source.wire.tls into an ssl.SSLContext (not by kafka-python).
@@ -255,18 +258,43 @@ def uses_tls(config: Mapping[str, object]) -> bool:
     return config.get("security_protocol") in ("SSL", "SASL_SSL")
 
 
-# The largest response frame the network layer accepts (kafka-python's own default is 1,000,000
-# bytes, less than one full 1 MiB partition fetch). As kafka-python's consumer does, it is at
-# least 100 MB and never below what a Fetch may return: fetch.max.bytes, or one partition's
-# max.partition.fetch.bytes (a single record batch may exceed both, so there is headroom).
-_MIN_RECEIVE_MESSAGE_MAX_BYTES = 100_000_000
+# The largest response the network layer accepts (kafka-python's own default is 1,000,000 bytes,
+# less than one full 1 MiB partition fetch). A limit at all guards against garbage read as a size
+# (a TLS alert read by a plaintext client announces some 350 MB) that would allocate and wait for
+# that many bytes. It is 100 MB by default, as in kafka-python's consumer, or what the option
+# 'kafka.receive.message.max.bytes' says; and never below what a Fetch asks for: twice the larger
+# of fetch.max.bytes and max.partition.fetch.bytes, plus headroom. Twice, because Kafka returns the
+# first record batch of a response whole even when it is larger than both (KIP-74): a response
+# can be as large as the largest batch a topic allows (its max.message.bytes). The fetch
+# connection applies the same rule per request, so a partition byte limit the fetcher grew
+# raises the limit of the responses to it (kafka_source/wire/fetch_connection.py).
+DEFAULT_RECEIVE_MESSAGE_MAX_BYTES = 100_000_000
+_RESPONSE_HEADROOM = 1 << 20
+
+
+def fetch_response_limit(asked_bytes: int, receive_max_bytes: int) -> int:
+    """The largest response accepted to a Fetch that asks for up to ``asked_bytes`` (its
+    ``max_bytes`` or a partition's byte limit, whichever is larger) on a connection whose
+    receive limit is ``receive_max_bytes``."""
+    return max(receive_max_bytes, 2 * asked_bytes + _RESPONSE_HEADROOM)
+
+
+def fetch_size_for_response(size: int) -> int:
+    """The fetch size (max.partition.fetch.bytes or fetch.max.bytes) that makes a response of
+    ``size`` bytes acceptable whatever the receive limit: the inverse of
+    :func:`fetch_response_limit`."""
+    return max(0, -(-(size - _RESPONSE_HEADROOM) // 2))
 
 
 def receive_message_max_bytes(config: Mapping[str, object]) -> int:
+    """The receive limit of the connections of ``config``: 'kafka.receive.message.max.bytes'
+    (default 100 MB), but at least what a Fetch with the configured sizes needs."""
     fetch_max = int(config.get("fetch_max_bytes", DEFAULT_FETCH_SETTINGS["fetch_max_bytes"]))
     partition_max = int(config.get("max_partition_fetch_bytes",
                                    DEFAULT_FETCH_SETTINGS["max_partition_fetch_bytes"]))
-    return max(_MIN_RECEIVE_MESSAGE_MAX_BYTES, 2 * max(fetch_max, partition_max) + (1 << 20))
+    given = config.get("receive_message_max_bytes")
+    floor = DEFAULT_RECEIVE_MESSAGE_MAX_BYTES if given is None else int(given)
+    return fetch_response_limit(max(fetch_max, partition_max), floor)
 
 
 def connection_settings(config: Mapping[str, object]) -> dict[str, object]:

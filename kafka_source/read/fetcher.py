@@ -33,7 +33,10 @@ Along the way, per partition, it:
   looks the leader up again and fetches once more (the broker taken for the leader may be one
   an election left behind);
 * waits at most ``kafkaConsumer.pollTimeoutMs`` without progress, for offsets that are not in
-  the log yet or for a broker that does not answer.
+  the log yet or for a broker that does not answer;
+* fails at once on a response larger than its connection accepts (a record batch above every
+  limit: :class:`~kafka_source.wire.fetch_connection.FetchResponseTooLargeError` names the
+  partition and the options to raise), since fetching it again would only bring it again.
 """
 
 from __future__ import annotations
@@ -335,7 +338,8 @@ class RangeFetcher:
             return
         if truncated or st.position < available:
             # Data is there but none came: a batch larger than the byte limit (brokers return an
-            # oversized batch only as the first of a response), or the response was full.
+            # oversized batch only as the first of a response), or the response was full. A
+            # grown limit also raises the largest response its connection accepts.
             st.starved = True
             if st.use_hint:
                 st.use_hint = False

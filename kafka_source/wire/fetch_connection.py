@@ -28,6 +28,24 @@ this one is decoded. Each connection carries its fetch session (:mod:`kafka_sour
 Every wait is bounded: connecting by ``kafka.request.timeout.ms``, each response by
 ``kafka.request.timeout.ms`` + ``kafka.fetch.max.wait.ms``. A connection that fails or times
 out is closed and reported as :class:`~kafka_source.wire.client.RetriableBrokerError`.
+
+How large a response may be follows what its request asked for: twice the largest byte limit in
+it (``max_bytes``, or a partition limit the fetcher grew for a batch that did not fit) plus
+headroom, and at least the connection's receive limit (``kafka.receive.message.max.bytes``,
+:func:`~kafka_source.config.client_config.receive_message_max_bytes`). Twice, because Kafka returns
+the first record batch of a response whole even when it exceeds every limit (KIP-74). A frame
+size beyond that is garbage (a TLS alert read by a plaintext client announces ~350 MB): retriable,
+as above -- unless the frame goes on with the request's correlation id. Then it is a genuine
+response whose record batch is larger than allowed, which no retry can fetch: the read fails at
+once with :class:`FetchResponseTooLargeError`, naming the partition (from the partition headers at
+the start of the response), the size and the options that raise the limit.
+
+The receive buffer grows to the largest response and shrinks again after a run of much smaller
+ones (:meth:`FetchConnection._fit`): a Python worker keeps its connections for many tasks, and one
+huge record batch must not pin hundreds of MB in it for all of them. A new buffer replaces the
+old one rather than resizing it: the previous response's views still point into the old one
+when the next response is read (the fetch loop has decoded it by then, but its last
+``FetchResult`` lives until the next replaces it); it is freed when they go.
 """
 
 from __future__ import annotations
@@ -37,23 +55,46 @@ import socket
 import ssl
 import struct
 import time
+from dataclasses import dataclass
 from typing import Callable, Mapping
 
 import kafka.errors as Errors
 from kafka.protocol.consumer import FetchRequest
 
+from ..config.client_config import (DEFAULT_RECEIVE_MESSAGE_MAX_BYTES, fetch_response_limit,
+                                    fetch_size_for_response)
 from ..errors import BrokerSecurityError, BrokerUnavailableError, KafkaSourceError
 from .fast_decode import RECORDS_PADDING, PaddedBuffer
 from .fetch_protocol import (MAX_FETCH_VERSION, MIN_FETCH_VERSION, SESSION_VERSION,
                              FetchPartitionRequest, FetchResult, TopicPartition,
-                             encode_fetch_request, parse_fetch_response, response_header_size)
+                             encode_fetch_request, parse_fetch_response, records_sizes,
+                             response_header_size)
 from .fetch_session import FetchSession
 
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 _INITIAL_BUFFER = 1 << 20
+_SHRINK_AFTER = 8            # responses in a row that needed at most ...
+_SHRINK_SHARE = 4            # ... a quarter of the buffer: it is replaced by a smaller one
+_PEEK_BYTES = 64 << 10       # read of a too large response to name its partition
 _REAUTH_FRACTION = 0.85      # reconnect at this share of the SASL session lifetime (as Java's 85-95%)
+
+
+class FetchResponseTooLargeError(KafkaSourceError):
+    """A genuine Fetch response (its correlation id is right) larger than the connection
+    accepts for the request: a record batch above every limit. Retrying cannot help."""
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """The request in flight."""
+
+    correlation_id: int
+    wait_ms: int                 # how long to wait for the response
+    requested: Mapping[TopicPartition, FetchPartitionRequest]
+    full: bool                   # a full (not incremental) fetch-session request
+    frame_limit: int             # the largest response accepted to it
 
 
 class FetchConnection:
@@ -73,9 +114,9 @@ class FetchConnection:
         self._on_close = on_close
         self._correlation_id = 0
         self._buffer = PaddedBuffer(_INITIAL_BUFFER)
-        # (correlation id, ms to wait for the response, what it asks for, full request)
-        self._pending: tuple[int, int, Mapping[TopicPartition, FetchPartitionRequest], bool] \
-            | None = None
+        self._small_run = 0      # responses in a row that needed at most a quarter of the buffer
+        self._small_need = 0     # the most one of them needed
+        self._pending: _Pending | None = None
         self.closed = False
 
     # --- opening ----------------------------------------------------------------------------
@@ -125,7 +166,8 @@ class FetchConnection:
                   fetch_version)
         return cls(sock, node_id=node_id, version=fetch_version,
                    client_id=str(settings.get("client_id", "pykafka")),
-                   max_frame_bytes=int(settings.get("receive_message_max_bytes", 100_000_000)),
+                   max_frame_bytes=int(settings.get("receive_message_max_bytes",
+                                                    DEFAULT_RECEIVE_MESSAGE_MAX_BYTES)),
                    request_timeout_ms=int(settings.get("request_timeout_ms", 30_000)),
                    expires_at=expires_at, on_close=net.close)
 
@@ -157,7 +199,13 @@ class FetchConnection:
             session_epoch=request.epoch, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
             max_bytes=max_bytes, read_committed=read_committed)
         wait_ms = self.request_timeout_ms + max_wait_ms
-        self._pending = (self._correlation_id, wait_ms, request.wanted, request.full)
+        # What this request lets the broker send decides how large a response is believed:
+        # its max_bytes and every partition limit the session holds (the fetcher grows the
+        # limit of a partition whose batch did not fit), each of which a first record batch
+        # may exceed (KIP-74), so twice that and headroom; max_frame_bytes at least.
+        asked = max([max_bytes] + [p.max_bytes for p in request.wanted.values()])
+        self._pending = _Pending(self._correlation_id, wait_ms, request.wanted, request.full,
+                                 fetch_response_limit(asked, self.max_frame_bytes))
         try:
             self._sock.settimeout(self.request_timeout_ms / 1000)
             self._sock.sendall(data)
@@ -169,51 +217,109 @@ class FetchConnection:
         """The response to the request in flight. Its ``requested`` holds what that request
         asked for; partition records are views into this connection's buffer, valid until the
         next :meth:`receive`."""
-        if self._pending is None:
+        pending = self._pending
+        if pending is None:
             raise RuntimeError(f"broker {self.node_id}: no Fetch request in flight")
-        correlation_id, wait_ms, requested, full = self._pending
         # Bounded from now, not from the send: the loop may have decoded and yielded a lot
         # since (the response then waits in the socket buffers).
-        deadline = time.monotonic() + wait_ms / 1000
+        deadline = time.monotonic() + pending.wait_ms / 1000
         try:
-            frame = self._read_frame(deadline)
+            frame = self._read_frame(deadline, pending)
             hsize = response_header_size(self.version, frame)
             (got,) = _SIZE.unpack_from(frame, 0)
-            if got != correlation_id:
+            if got != pending.correlation_id:
                 raise _retriable(self.node_id, f"response to request {got}, expected "
-                                               f"{correlation_id}")
+                                               f"{pending.correlation_id}")
             result = parse_fetch_response(frame[hsize:], self.version)
         except BaseException:
             self.close()
             raise
         self._pending = None
         self.session.done(result.error_code, result.session_id)
-        result.requested = requested
-        result.full = full
+        result.requested = pending.requested
+        result.full = pending.full
         return result
 
-    def _read_frame(self, deadline: float) -> memoryview:
+    def _read_frame(self, deadline: float, pending: _Pending) -> memoryview:
         """Receive one size-prefixed frame into the buffer; returns a view of the frame (after
         the size), followed in the buffer by :data:`RECORDS_PADDING`."""
         buf = self._buffer
         view = memoryview(buf)
         got = self._recv_into(view, 0, 4, len(buf), deadline)
         (size,) = _SIZE.unpack_from(buf, 0)
-        if size < 4 or size > self.max_frame_bytes:
-            raise _retriable(self.node_id, f"invalid response frame size {size}")
+        if size < 4 or size > pending.frame_limit:
+            raise self._bad_size(size, view, got, deadline, pending)
         end = 4 + size
-        need = end + len(RECORDS_PADDING)
-        if need > len(buf):
-            grown = PaddedBuffer(max(need, 2 * len(buf)))
-            grown[:got] = view[:got]
-            self._buffer = buf = grown
-            view = memoryview(buf)
         if got > end:
             raise _retriable(self.node_id, "more bytes than one response arrived")
+        need = end + len(RECORDS_PADDING)
+        fitted = self._fit(need)
+        if fitted is not None:
+            # A new buffer rather than a resized one: the views of the previous response (its
+            # FetchResult, decoded by now but referenced until the fetch loop lets go of it)
+            # still point into the old one, and a bytearray with views cannot be resized. They
+            # keep it alive until then; the connection never writes to it again.
+            fitted[:got] = view[:got]
+            self._buffer = buf = fitted
+            view = memoryview(buf)
         if got < end:
             self._recv_into(view, got, end, end, deadline)
         view[end:need] = RECORDS_PADDING
         return view[4:end]
+
+    def _fit(self, need: int) -> PaddedBuffer | None:
+        """A new buffer for a response that needs ``need`` bytes, or None to keep the current
+        one. It grows to fit (at least doubling); after :data:`_SHRINK_AFTER` responses in a
+        row that needed at most a 1/:data:`_SHRINK_SHARE` of it, it shrinks to twice the most
+        they needed, so one huge record batch does not pin its buffer for as long as the
+        executor's Python worker keeps this connection."""
+        size = len(self._buffer)
+        if need > size:
+            self._small_run = self._small_need = 0
+            return PaddedBuffer(max(need, 2 * size))
+        if need * _SHRINK_SHARE > size:
+            self._small_run = self._small_need = 0
+            return None
+        self._small_run += 1
+        self._small_need = max(self._small_need, need)
+        smaller = max(_INITIAL_BUFFER, 2 * self._small_need)
+        if self._small_run < _SHRINK_AFTER or smaller >= size:
+            return None
+        self._small_run = self._small_need = 0
+        log.debug("fetch connection to broker %s: receive buffer shrinks from %d to %d bytes",
+                  self.node_id, size, smaller)
+        return PaddedBuffer(smaller)
+
+    def _bad_size(self, size: int, view: memoryview, got: int, deadline: float,
+                  pending: _Pending) -> Exception:
+        """The error for a frame size below 4 or above the request's limit. A real response
+        (whose correlation id, next in the frame, is the request's) is too large: that fails
+        the read at once, naming the partition and the options that raise the limits. Anything
+        else is garbage read as a size (a TLS listener's alert read by a plaintext client, a
+        stream out of step): the connection is not trusted, and that is retriable."""
+        garbage = _retriable(self.node_id, f"invalid response frame size {size}")
+        if size < 4:
+            return garbage
+        try:
+            # The broker sends a genuine response at once: its start holds the header and the
+            # partition headers up to the one with the oversized batch (partitions before it
+            # in the response are empty: only the first batch of a response may be oversized).
+            got = self._recv_into(view, got, min(4 + size, 4 + _PEEK_BYTES), len(view),
+                                  deadline)
+        except Exception as exc:  # noqa: BLE001 - _recv_into's retriable errors: not a response
+            garbage.__cause__ = exc
+            return garbage
+        got = min(got, 4 + size)
+        (correlation_id,) = _SIZE.unpack_from(view, 4)
+        if correlation_id != pending.correlation_id:
+            return garbage
+        body = view[4:got]
+        try:
+            sizes = records_sizes(body[response_header_size(self.version, body):], self.version)
+        except (IndexError, ValueError):      # the header's tagged fields are cut off
+            sizes = {}
+        return FetchResponseTooLargeError(_too_large_message(
+            self.node_id, size, pending.frame_limit, pending.requested, sizes))
 
     def _recv_into(self, view: memoryview, start: int, at_least: int, at_most: int,
                    deadline: float) -> int:
@@ -250,6 +356,28 @@ class FetchConnection:
                 self._sock.close()
         except Exception:  # noqa: BLE001 - closing must never mask the real outcome
             log.debug("error closing fetch connection to broker %s", self.node_id, exc_info=True)
+
+
+def _too_large_message(node_id, size: int, limit: int,
+                       requested: Mapping[TopicPartition, FetchPartitionRequest],
+                       sizes: Mapping[TopicPartition, int]) -> str:
+    over = [(tp, n) for tp, n in sizes.items()
+            if tp in requested and n > requested[tp].max_bytes]
+    if over:
+        where = "; ".join(f"{t}-{p} at offset {requested[(t, p)].offset}: {n:,} bytes of records"
+                          for (t, p), n in over)
+    else:
+        listed = [f"{t}-{p} at offset {r.offset}" for (t, p), r in list(requested.items())[:5]]
+        more = len(requested) - len(listed)
+        where = ("one of " if len(requested) > 1 else "") + ", ".join(listed) + \
+            (f" and {more} more" if more > 0 else "")
+    return (f"The Fetch response from broker {node_id} is {size:,} bytes, more than the "
+            f"{limit:,} accepted for it ({where}): a record batch larger than the fetch sizes, "
+            "which Kafka sends whole. To read it, set the option "
+            f"'kafka.receive.message.max.bytes' to at least {size} (the topic's "
+            "max.message.bytes bounds its batches), or 'kafka.fetch.max.bytes' or "
+            f"'kafka.max.partition.fetch.bytes' to at least {fetch_size_for_response(size)} "
+            "(which lets every Fetch ask for that much).")
 
 
 def _kafka_python_version() -> str:

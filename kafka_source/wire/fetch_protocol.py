@@ -14,6 +14,10 @@ address topics by id, which this source does not track, so 12 is the cap. Kafka 
 versions below 4 (KIP-896); Kafka 2.2, the oldest broker this source supports, speaks up to v10.
 
 Requests are small and built with kafka-python's own ``FetchRequest`` encoder.
+
+A response larger than the connection accepts is not received; :func:`records_sizes` reads the
+partition headers at its start, so that the error can name the partition whose record batch made
+it that large.
 """
 
 from __future__ import annotations
@@ -129,7 +133,24 @@ def parse_fetch_response(frame: memoryview, version: int) -> FetchResult:
         raise FetchProtocolError(f"malformed Fetch v{version} response: {exc}") from exc
 
 
-def _parse(buf: memoryview, version: int) -> FetchResult:
+def records_sizes(body: memoryview, version: int) -> dict[TopicPartition, int]:
+    """The size of the records each partition of a Fetch response declares, for the partitions
+    whose headers are within ``body``: the start of a response body (after the response header)
+    that is too large to receive. The partition whose records run past ``body`` is included:
+    it is the one that made the response that large (a record batch above the fetch sizes,
+    which Kafka returns whole as the first of a response, KIP-74). -1 means no records."""
+    sizes: dict[TopicPartition, int] = {}
+    try:
+        _parse(body, version, sizes)
+    except (struct.error, IndexError, ValueError):
+        pass                                  # body ends within the response, as expected
+    return sizes
+
+
+def _parse(buf: memoryview, version: int,
+           sizes: dict[TopicPartition, int] | None = None) -> FetchResult:
+    """Parse a whole response body, or with ``sizes`` the start of one, collecting each
+    partition's records size there until the bytes end (see :func:`records_sizes`)."""
     flexible = version >= _FLEXIBLE_VERSION
     n = len(buf)
     if version >= SESSION_VERSION:
@@ -161,6 +182,8 @@ def _parse(buf: memoryview, version: int) -> FetchResult:
             if version >= 11:
                 pos += 4                      # preferred_read_replica
             size, pos = _length(buf, pos, flexible)
+            if sizes is not None:
+                sizes[(topic, partition)] = size
             if size < 0:
                 records = buf[pos:pos]
             else:

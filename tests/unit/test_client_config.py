@@ -104,3 +104,17 @@ def test_sasl_or_tls_options_without_that_protocol_are_reported(caplog):
     assert "'kafka.sasl.mechanism' and 'kafka.sasl.jaas.config' are set" in caplog.text
     assert "TLS options are set" in caplog.text and "PLAINTEXT" in caplog.text
     assert PASSWORD not in caplog.text
+
+
+def test_receive_limit_option_sets_the_largest_response_but_never_below_the_fetch_sizes(caplog):
+    with caplog.at_level(logging.WARNING):
+        default = connection_settings(config())["receive_message_max_bytes"]
+        raised = connection_settings(config(**{"receive.message.max.bytes": "300000000"}))
+    assert default == max(100_000_000, 2 * 52_428_800 + (1 << 20))
+    assert raised["receive_message_max_bytes"] == 300_000_000
+    assert "not known" not in caplog.text                     # mapped, not ignored
+    # Lower than what a Fetch with these sizes may bring back: the fetch sizes win.
+    low = connection_settings(config(**{"receive.message.max.bytes": "1000",
+                                        "max.partition.fetch.bytes": str(64 << 20)}))
+    assert low["receive_message_max_bytes"] == 2 * (64 << 20) + (1 << 20)
+    assert "must be an integer" in error_of(**{"receive.message.max.bytes": "lots"})

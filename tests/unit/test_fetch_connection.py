@@ -1,14 +1,18 @@
 """The fetch connection's socket handling against a scripted broker on a socket pair.
 
 Framing (responses larger than the buffer, arriving in dribs and drabs), the padding the decoder
-relies on, bounded waits for stalled or vanished brokers, and wrong answers. Opening a connection
-through kafka-python's setup (TLS, SASL) needs a broker: tests/integration/test_fetch_connection.py.
+relies on, bounded waits for stalled or vanished brokers, and wrong answers; how large a response
+may be (following its request) and the error for one that is larger; the receive buffer growing
+and shrinking again. Opening a connection through kafka-python's setup (TLS, SASL) needs a
+broker: tests/integration/test_fetch_connection.py; a record batch of 120 MB from a real Kafka:
+tests/integration/test_large_batches.py.
 """
 
 from __future__ import annotations
 
 import socket
 import struct
+import sys
 import threading
 import time
 
@@ -16,10 +20,12 @@ import pytest
 from kafka.protocol.consumer import FetchRequest
 
 from kafka_source.wire.client import RetriableBrokerError
-from kafka_source.wire.fast_decode import RECORDS_PADDING, PaddedBuffer
-from kafka_source.wire.fetch_connection import FetchConnection, FetchConnections
+from kafka_source.wire.fast_decode import RECORDS_PADDING, PaddedBuffer, decode_to_arrow
+from kafka_source.wire.fetch_connection import (FetchConnection, FetchConnections,
+                                                FetchResponseTooLargeError)
 from kafka_source.wire.fetch_protocol import FetchPartitionRequest as F
 
+from .record_builder import R, v2_batch
 from .response_builder import encode_response
 
 VERSION = 12
@@ -59,16 +65,23 @@ class Broker:
             pass
 
 
-def answer(records=b"abc", *, error=0, session_id=0, pieces=1, delay=0.0, correlation=None):
+def answer(records=b"abc", *, error=0, session_id=0, pieces=1, delay=0.0, correlation=None,
+           partitions=None):
+    """A Fetch response: ``records`` for t-0, or ``partitions`` {partition: records} of t."""
     def step(request, sock):
-        frame = encode_response(VERSION, topics={"t": {0: dict(
-            error=error, hw=10, lso=10, start=0, aborted=None, records=records)}},
+        parts = partitions if partitions is not None else {0: records}
+        frame = encode_response(VERSION, topics={"t": {p: dict(
+            error=error, hw=10, lso=10, start=0, aborted=None, records=r)
+            for p, r in parts.items()}},
             session_id=session_id,
             correlation_id=request.header.correlation_id if correlation is None else correlation)
         size = -(-len(frame) // pieces)
-        for i in range(0, len(frame), size):
-            sock.sendall(frame[i:i + size])
-            time.sleep(delay)
+        try:
+            for i in range(0, len(frame), size):
+                sock.sendall(frame[i:i + size])
+                time.sleep(delay)
+        except OSError:
+            pass                              # the connection refused the rest of it
     return step
 
 
@@ -87,20 +100,40 @@ def hang_up(request, sock):
     sock.shutdown(socket.SHUT_RDWR)
 
 
+def tls_alert(request, sock):
+    """What a TLS listener answers a plaintext client: an alert record, then it hangs up. Its
+    first four bytes read as a frame size of 352,518,912."""
+    sock.sendall(b"\x15\x03\x03\x00\x02\x02\x28")
+    sock.shutdown(socket.SHUT_RDWR)
+
+
 @pytest.fixture
-def pair():
-    ours, theirs = socket.socketpair()
-    broker = Broker(theirs)
-    conn = FetchConnection(ours, node_id=1, version=VERSION, client_id="test",
-                           max_frame_bytes=100 << 20, request_timeout_ms=2000)
-    yield conn, broker
-    conn.close()
-    theirs.close()
+def connect():
+    """connect(max_frame_bytes) -> (FetchConnection, Broker) on a socket pair."""
+    made = []
+
+    def _connect(max_frame_bytes=100 << 20):
+        ours, theirs = socket.socketpair()
+        broker = Broker(theirs)
+        conn = FetchConnection(ours, node_id=1, version=VERSION, client_id="test",
+                               max_frame_bytes=max_frame_bytes, request_timeout_ms=2000)
+        made.append((conn, theirs))
+        return conn, broker
+
+    yield _connect
+    for conn, theirs in made:
+        conn.close()
+        theirs.close()
 
 
-def fetch(conn, offset=0, max_bytes=1 << 20):
-    conn.send({TP: F(offset, max_bytes)}, max_wait_ms=0, min_bytes=1, max_bytes=50 << 20,
-              read_committed=False)
+@pytest.fixture
+def pair(connect):
+    return connect()
+
+
+def fetch(conn, offset=0, max_bytes=1 << 20, request_max_bytes=50 << 20, tps=(TP,)):
+    conn.send({tp: F(offset, max_bytes) for tp in tps}, max_wait_ms=0, min_bytes=1,
+              max_bytes=request_max_bytes, read_committed=False)
     return conn.receive()
 
 
@@ -147,6 +180,11 @@ def test_one_request_at_a_time(pair):
     (hang_up, "closed by the broker"),
     (answer(correlation=999), "response to request 999"),
     (send_raw(b"\xff\xff\xff\xff"), "invalid response frame size -1"),
+    (tls_alert, "invalid response frame size 352518912"),
+    # A size beyond the request's limit that is no response to it (the correlation id is not
+    # the request's): garbage too, not a record batch too large.
+    (send_raw(struct.pack(">ii", 200 << 20, 0x4854) + bytes(70_000)),
+     "invalid response frame size 209715200"),
     (send_raw(b"\x00\x00\x00\x06\x00\x00\x00\x01\x00\x00"), "malformed Fetch"),
 ])
 def test_broken_answers_fail_within_the_request_timeout_and_close(pair, step, message):
@@ -160,6 +198,84 @@ def test_broken_answers_fail_within_the_request_timeout_and_close(pair, step, me
     assert conn.closed and not conn.in_flight
     with pytest.raises(RetriableBrokerError, match="closed"):
         fetch(conn)
+
+
+MIB = 1 << 20
+
+
+def test_the_frame_limit_follows_the_partition_limits_the_request_asked_for(connect):
+    # A connection accepting 2 MiB by default (its receive limit) and a partition whose limit
+    # the fetcher grew to 2 MiB because its record batch did not fit: a response of 3 MB (the
+    # batch plus another partition's data) is what was asked for and is received.
+    conn, broker = connect(max_frame_bytes=2 * MIB)
+    big = bytes(range(256)) * (3_000_000 // 256)
+    broker.script = [answer(big), answer(b"xyz")]
+    result = fetch(conn, max_bytes=2 * MIB, request_max_bytes=2 * MIB)
+    assert bytes(result.partitions[TP].records) == big
+    # ... and the next, small request on the same connection is unaffected.
+    assert bytes(fetch(conn, 3, max_bytes=64 << 10, request_max_bytes=64 << 10)
+                 .partitions[TP].records) == b"xyz"
+
+
+def test_a_response_larger_than_the_request_allows_fails_at_once_naming_partition_and_options(
+        connect):
+    conn, broker = connect(max_frame_bytes=2 * MIB)
+    big = bytes(range(256)) * (3_000_000 // 256)
+    # t-0 has nothing new; t-1's first record batch is larger than every limit (KIP-74).
+    broker.script = [answer(partitions={0: b"", 1: big})]
+    t0 = time.monotonic()
+    with pytest.raises(FetchResponseTooLargeError) as info:
+        fetch(conn, offset=5, max_bytes=256 << 10, request_max_bytes=256 << 10,
+              tps=[("t", 0), ("t", 1)])
+    assert time.monotonic() - t0 < 1.0        # not after a timeout, and it is not retriable
+    assert not isinstance(info.value, RetriableBrokerError)
+    message = str(info.value)
+    size = len(encode_response(VERSION, topics={"t": {p: dict(
+        error=0, hw=10, lso=10, start=0, aborted=None, records=r)
+        for p, r in {0: b"", 1: big}.items()}})) - 4
+    assert f"is {size:,} bytes, more than the {2 * MIB:,} accepted" in message
+    assert f"t-1 at offset 5: {len(big):,} bytes of records" in message
+    assert "t-0" not in message               # the partition at fault only
+    assert f"'kafka.receive.message.max.bytes' to at least {size}" in message
+    assert "'kafka.fetch.max.bytes'" in message and \
+        "'kafka.max.partition.fetch.bytes'" in message
+    assert conn.closed and not conn.in_flight
+
+
+def test_the_receive_buffer_shrinks_after_a_run_of_small_responses(pair):
+    conn, broker = pair
+    # A 3 MB batch: the buffer grows to hold it.
+    batch = v2_batch([R(value=bytes([i % 251]) * 3000) for i in range(1000)])
+    small = [answer(b"s%d" % i) for i in range(8)]
+    medium = answer(bytes(1_000_000))         # more than a quarter of the buffer
+    broker.script = [answer(batch.data)] + small[:7] + [medium] + small + [answer(b"after")]
+    first = fetch(conn)
+    big_buffer = first.partitions[TP].records.obj
+    assert len(big_buffer) >= len(batch.data)
+    # Decoded in place, as the executors do; the next request goes out before decoding.
+    decoded = decode_to_arrow(first.partitions[TP].records, start_offset=0, end_offset=1000,
+                              topic="t", partition=0, include_headers=True)
+    values = decoded.batches[0].column("value")
+    del first
+    # Seven small responses and one that needs more than a quarter of the buffer: it stays.
+    assert all(fetch(conn, 1000 + i).partitions[TP].records.obj is big_buffer
+               for i in range(8))
+    results = [fetch(conn, 2000 + i) for i in range(7)]
+    assert all(r.partitions[TP].records.obj is big_buffer for r in results)
+    # The eighth response in a row that needs less than a quarter of the buffer lands in a
+    # smaller one, while the previous response still points into the old one (as the fetch
+    # loop's last FetchResult does until the next one replaces it) ...
+    eighth = fetch(conn, 2007)
+    assert eighth.partitions[TP].records.obj is not big_buffer
+    assert len(eighth.partitions[TP].records.obj) < len(big_buffer) // 2
+    assert bytes(eighth.partitions[TP].records) == b"s7"
+    del results
+    # ... and the old one is free as soon as that is dropped: nothing else holds it, not even
+    # the Arrow columns decoded from it (a bytearray with views on it cannot be resized).
+    big_buffer.append(0)
+    assert sys.getrefcount(big_buffer) == 2   # this name and getrefcount's argument
+    assert values.to_pylist()[:3] == [bytes([i]) * 3000 for i in range(3)]
+    assert bytes(fetch(conn, 2008).partitions[TP].records) == b"after"
 
 
 def test_pool_reuses_connections_and_replaces_expired_or_broken_ones():

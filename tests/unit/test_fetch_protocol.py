@@ -16,7 +16,7 @@ from kafka.protocol.consumer import FetchRequest
 from kafka_source.wire.fetch_protocol import (MAX_FETCH_VERSION, MIN_FETCH_VERSION,
                                               FetchPartitionRequest, FetchProtocolError,
                                               encode_fetch_request, parse_fetch_response,
-                                              response_header_size)
+                                              records_sizes, response_header_size)
 
 from .response_builder import encode_response
 
@@ -84,6 +84,19 @@ def test_truncated_or_padded_frames_are_protocol_errors(version):
             parse_fetch_response(memoryview(frame)[body_start:len(frame) - cut], version)
     with pytest.raises(FetchProtocolError, match="unexpected bytes"):
         parse_fetch_response(memoryview(frame + b"\0")[body_start:], version)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_start_of_a_response_too_large_to_receive_names_its_records_sizes(version):
+    frame = encode_response(version, topics={"a": {0: dict(
+        error=0, hw=1, lso=1, start=0, aborted=[(1, 2)], records=None)}, "b": {3: dict(
+            error=0, hw=1, lso=1, start=0, aborted=None, records=b"x" * 100_000)}})
+    view = memoryview(frame)[4:]
+    body = view[response_header_size(version, view):]
+    # The partition headers are there, the records of the last run past the bytes read.
+    assert records_sizes(body[:200], version) == {("a", 0): -1, ("b", 3): 100_000}
+    assert records_sizes(body[:12], version) == {}       # not even the first header
+    assert records_sizes(body, version) == {("a", 0): -1, ("b", 3): 100_000}
 
 
 @pytest.mark.parametrize("version", VERSIONS)
