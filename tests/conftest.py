@@ -17,6 +17,21 @@ exact Kafka behaviour there skips on the embedded broker only, in one of these w
     def test_c(bootstrap_servers, skip_on_embedded):
         skip_on_embedded("read_committed does not hide aborted records on Tansu")
 
+A test that needs a feature of a later Kafka release than the broker's (the suite also runs on
+Kafka 2.2 in ZooKeeper mode, the oldest release the connector supports) skips on older brokers
+only, naming the feature and the release that brought it::
+
+    @pytest.mark.requires_broker((2, 5), "KIP-447 (TxnOffsetCommit with the group's metadata)")
+    def test_d(bootstrap_servers): ...
+
+    def test_e(bootstrap_servers, requires_broker):
+        requires_broker((2, 3), "KIP-345 static membership")
+
+The broker's release and mode are ``kafka_broker.version`` ((major, minor)) and
+``kafka_broker.zookeeper_mode``. Tests that start a broker of their own (TLS and SASL listeners,
+restarts) use :func:`kafka_source.testing.start_local_broker`: a KRaft broker from ``KAFKA_HOME``,
+or a ZooKeeper-mode one from ``KAFKA_ZK_HOME`` when ``PYKAFKA_TEST_BROKER=local-kafka-zk``.
+
 Tests that use the broker fixtures are marked ``integration`` and tests that use ``spark`` are
 marked ``spark`` automatically, so ``pytest -m "not integration and not spark"`` runs the fast
 unit tests only.
@@ -35,7 +50,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 _BROKER_FIXTURES = {"kafka_broker", "bootstrap_servers", "broker_kind",
                     "requires_exact_end_offsets", "requires_read_committed_isolation",
-                    "skip_on_embedded"}
+                    "skip_on_embedded", "requires_broker"}
 _BROKER_KEY = pytest.StashKey[object]()
 _SPARK_KEY = pytest.StashKey[bool]()
 _SUMMARY_KEY = pytest.StashKey[list]()
@@ -51,12 +66,16 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "spark: needs a SparkSession (Java 17+)")
     config.addinivalue_line(
         "markers", "skip_on_embedded(reason): skip only on the embedded Tansu broker")
+    config.addinivalue_line(
+        "markers", "requires_broker(version, feature): skip on brokers older than the Kafka "
+        "release version=(major, minor), which brought feature")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
-        if names & _BROKER_FIXTURES or item.get_closest_marker("skip_on_embedded"):
+        if (names & _BROKER_FIXTURES or item.get_closest_marker("skip_on_embedded")
+                or item.get_closest_marker("requires_broker")):
             item.add_marker(pytest.mark.integration)
         if "spark" in names:
             item.add_marker(pytest.mark.spark)
@@ -102,8 +121,28 @@ def bootstrap_servers(kafka_broker) -> str:
 
 @pytest.fixture(scope="session")
 def broker_kind(kafka_broker) -> str:
-    """``"external"``, ``"testcontainers"`` or ``"embedded"``."""
+    """``"external"``, ``"testcontainers"``, ``"local-kafka"``, ``"local-kafka-zk"`` or
+    ``"embedded"``."""
     return kafka_broker.kind
+
+
+def _skip_unless_broker_has(broker, version, feature: str) -> None:
+    version = tuple(version)
+    if tuple(broker.version) < version:
+        mode = " in ZooKeeper mode" if broker.zookeeper_mode else ""
+        pytest.skip(f"{broker.kind} broker is Kafka {'.'.join(map(str, broker.version))}{mode}: "
+                    f"{feature} came with Kafka {'.'.join(map(str, version))}")
+
+
+@pytest.fixture
+def requires_broker(kafka_broker):
+    """A function ``requires_broker((major, minor), feature)`` that skips the test on a broker
+    older than that Kafka release, which brought ``feature``."""
+
+    def _require(version, feature: str) -> None:
+        _skip_unless_broker_has(kafka_broker, version, feature)
+
+    return _require
 
 
 @pytest.fixture
@@ -143,6 +182,16 @@ def _skip_on_embedded_marker(request: pytest.FixtureRequest) -> None:
     broker = request.getfixturevalue("kafka_broker")
     if broker.is_tansu:
         pytest.skip(f"{broker.kind} Tansu broker: {reason}")
+
+
+@pytest.fixture(autouse=True)
+def _requires_broker_marker(request: pytest.FixtureRequest) -> None:
+    markers = list(request.node.iter_markers("requires_broker"))
+    if not markers:
+        return
+    broker = request.getfixturevalue("kafka_broker")
+    for marker in markers:
+        _skip_unless_broker_has(broker, *marker.args, **marker.kwargs)
 
 
 # ---------------------------------------------------------------------------------------------

