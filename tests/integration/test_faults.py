@@ -1,6 +1,7 @@
 """Faults that must not fail a job: broker restarts, connection faults, a broker gone, dead workers.
 
-Each test runs Spark against a real Apache Kafka of its own (``KAFKA_HOME``), started once for the
+Each test runs Spark against a real Apache Kafka of its own (``KAFKA_HOME``; ``KAFKA_ZK_HOME`` in
+ZooKeeper mode on the Kafka 2.2 pass, see ``start_local_broker``), started once for the
 module with a second listener, ``PROXIED``, that advertises the port of a
 :class:`~kafka_source.testing.proxy.FaultProxy`: a query bootstrapping from the proxy keeps every
 connection behind it, so the proxy can reset, stall or drop chosen requests and responses (Fetch,
@@ -15,8 +16,8 @@ figures (faults injected per kind, records checked, lost, duplicated) are printe
 the module's run.
 
 The broker must be restartable and must advertise the proxy, so these tests need a Kafka
-distribution; they skip without ``KAFKA_HOME``, and on the embedded-broker CI pass (they have
-already run in the real-Kafka pass).
+distribution; they skip without one, and on the embedded-broker CI pass (they have already run in
+the real-Kafka pass).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ import pytest
 from kafka_source.config.options import parse_stream_options
 from kafka_source.group.assignors import load_assignor
 from kafka_source.group.member import GroupMember
-from kafka_source.testing import LocalKafkaBroker, create_topic, unique_topic_name
+from kafka_source.testing import (create_topic, local_distribution, start_local_broker,
+                                   unique_topic_name)
 from kafka_source.testing.proxy import (ApiKey, Fault, FaultProxy, pid_of_client,
                                         restarting_broker_metadata)
 from kafka_source.wire.client import BrokerClient, RetriableBrokerError
@@ -61,13 +63,12 @@ FIGURES: Counter = Counter()             # faults per kind, records checked / lo
 
 @pytest.fixture(scope="module")
 def faulty(request, summary_lines):
-    home = os.environ.get("KAFKA_HOME", "").strip()
-    if not home:
-        pytest.skip("needs a local Apache Kafka distribution (KAFKA_HOME) to restart the broker "
-                    "and to put the fault proxy in front of it")
+    if local_distribution() is None:
+        pytest.skip("needs a local Apache Kafka distribution (KAFKA_HOME, or KAFKA_ZK_HOME) to "
+                    "restart the broker and to put the fault proxy in front of it")
     proxy = FaultProxy(max_fault_s=90)
-    broker = LocalKafkaBroker(home, listeners={"PROXIED": "PLAINTEXT"},
-                              advertised_ports={"PROXIED": proxy.port})
+    broker = start_local_broker(listeners={"PROXIED": "PLAINTEXT"},
+                                advertised_ports={"PROXIED": proxy.port})
     proxy.set_upstream(broker.address("PROXIED"))
     proxy.start()
 

@@ -2,10 +2,10 @@
 
 kafka-python sets each fetch connection up (TLS handshake, SASL authentication) and the fetch
 loop then reads its socket directly (:mod:`kafka_source.wire.fetch_connection`). This module
-starts its own Apache Kafka from ``KAFKA_HOME`` with SASL_PLAINTEXT, SSL and SASL_SSL listeners
-(PLAIN and SCRAM-SHA-256, a test CA made with ``openssl``, SASL re-authentication every few
-seconds) and reads through every listener. Without ``KAFKA_HOME`` it skips, saying so (CI pass 1
-sets it).
+starts its own Apache Kafka from ``KAFKA_HOME`` (``KAFKA_ZK_HOME`` in ZooKeeper mode on the Kafka 2.2
+pass, see ``start_local_broker``) with SASL_PLAINTEXT, SSL and SASL_SSL listeners (PLAIN and
+SCRAM-SHA-256, a test CA made with ``openssl``, SASL re-authentication every few seconds) and
+reads through every listener. Without a distribution it skips, saying so (CI sets one).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import pytest
 from kafka_source.config.client_config import client_config_from_options
 from kafka_source.read.fetcher import FetchSettings, RangeFetcher
 from kafka_source.read.offsets import OffsetRange
-from kafka_source.testing import create_topic, unique_topic_name
+from kafka_source.testing import (create_topic, local_distribution, start_local_broker,
+                                   unique_topic_name)
 from kafka_source.wire.client import BrokerClient
 
 from .test_batch_read import produce, varied_records
@@ -57,13 +58,11 @@ def make_certificates(directory: str) -> tuple[str, str]:
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
     """(broker, CA file) with SASL_PLAINTEXT, SSL and SASL_SSL listeners."""
-    home = os.environ.get("KAFKA_HOME", "").strip()
-    if not home:
+    if local_distribution() is None:
         pytest.skip("needs a local Apache Kafka for TLS/SASL listeners: set KAFKA_HOME "
-                    "(CI pass 1 uses ../shared/kafka)")
+                    "(CI uses ../shared/kafka) or KAFKA_ZK_HOME")
     if shutil.which("openssl") is None:
         pytest.skip("needs the openssl command to make test certificates")
-    from kafka_source.testing import LocalKafkaBroker
 
     cafile, keystore = make_certificates(str(tmp_path_factory.mktemp("certs")))
     properties = {
@@ -77,11 +76,9 @@ def secured(tmp_path_factory):
     for listener in ("sasl_plaintext", "sasl_ssl"):
         properties[f"listener.name.{listener}.plain.sasl.jaas.config"] = JAAS_PLAIN
         properties[f"listener.name.{listener}.scram-sha-256.sasl.jaas.config"] = JAAS_SCRAM
-    broker = LocalKafkaBroker(
-        home, listeners={"SASL_PLAINTEXT": "SASL_PLAINTEXT", "SSL": "SSL",
-                         "SASL_SSL": "SASL_SSL"},
-        properties=properties,
-        format_args=["--add-scram", "SCRAM-SHA-256=[name=alice,password=alice-secret]"])
+    broker = start_local_broker(
+        listeners={"SASL_PLAINTEXT": "SASL_PLAINTEXT", "SSL": "SSL", "SASL_SSL": "SASL_SSL"},
+        properties=properties, scram_users=[("SCRAM-SHA-256", "alice", "alice-secret")])
     try:
         yield broker, cafile
     finally:

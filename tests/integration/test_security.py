@@ -1,10 +1,12 @@
 """TLS and SASL end to end through Spark, on a real Apache Kafka with secured listeners.
 
-One broker for the whole module (started from ``KAFKA_HOME``) has a listener for each case:
+One broker for the whole module (started from ``KAFKA_HOME``, or in ZooKeeper mode from
+``KAFKA_ZK_HOME`` on the Kafka 2.2 pass: see ``start_local_broker``) has a listener for each case:
 SASL_PLAINTEXT and SASL_SSL (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), SSL, SSL requiring a client
 certificate (mutual TLS), SSL with a certificate for another host name, SSL with a self-signed
 certificate, and SASL_PLAINTEXT with only PLAIN enabled. The CA, the certificates and the stores
-(PEM, PKCS12 written by cryptography and by Java's keytool, JKS) are made here.
+(PEM, PKCS12 written by cryptography and by Java's keytool, JKS) are made here. The broker's own
+stores are PKCS12, which every supported Kafka reads (PEM stores came with Kafka 2.7, KIP-651).
 
 * Batch reads and streams (Trigger.AvailableNow as a consumer-group member, so the group
   coordinator's connection is secured too) work with each way of configuring security.
@@ -15,8 +17,9 @@ certificate, and SASL_PLAINTEXT with only PLAIN enabled. The CA, the certificate
   every Python process, Spark's INFO log and event log, and prints every channel; the tests
   below look for the secrets in all of it.
 
-The embedded Tansu broker has no TLS or SASL listeners to configure: without ``KAFKA_HOME`` these
-tests skip, and they do not run again in CI's embedded-broker pass.
+The embedded Tansu broker has no TLS or SASL listeners to configure: without a Kafka distribution
+(``KAFKA_HOME``, ``KAFKA_ZK_HOME``) these tests skip, and they do not run again in CI's
+embedded-broker pass.
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ from kafka_source.errors import BrokerSecurityError
 from kafka_source.read.executor import read_input_partition
 from kafka_source.read.offsets import OffsetRange
 from kafka_source.read.planning import KafkaInputPartition, ReadSettings
-from kafka_source.testing import LocalKafkaBroker, create_topic, unique_topic_name
+from kafka_source.testing import (create_topic, local_distribution, start_local_broker,
+                                   unique_topic_name)
 from kafka_source.testing.certs import (CertificateAuthority, java_keystore, java_truststore,
                                         keytool_available)
 
@@ -50,18 +54,19 @@ EXPECTED = sorted((p, i, f"p{p}-{i}") for p, n in PER_PARTITION.items() for i in
 USER, USER_PASSWORD = "alice", "LeakCanary-alice-7c1f"        # PLAIN and SCRAM-SHA-256/512
 ONLY_256, ONLY_256_PASSWORD = "bob", "LeakCanary-bob-2e9d"   # SCRAM-SHA-256 credentials only
 STORE_PASSWORD = "LeakCanary-store-51b0"
+BROKER_STORE_PASSWORD = "broker-store-secret"                # the broker's own stores
 KEY_PASSWORD = "LeakCanary-key-88a4"
 # Far longer than any of these tests may take: a failure must not wait it out.
 LONG_TIMEOUT_MS = 300_000
 
 
 def _skip_reason() -> str | None:
-    if not os.environ.get("KAFKA_HOME", "").strip():
-        return ("needs KAFKA_HOME (an Apache Kafka distribution): these tests start their own "
-                "broker with SASL and TLS listeners")
     if os.environ.get("PYKAFKA_TEST_BROKER", "").strip().lower() == "embedded":
         return ("the embedded Tansu broker has no TLS or SASL listeners; these tests start a real "
                 "Kafka from KAFKA_HOME and run in the real-Kafka pass")
+    if local_distribution() is None:
+        return ("needs KAFKA_HOME (an Apache Kafka distribution; or KAFKA_ZK_HOME for ZooKeeper "
+                "mode): these tests start their own broker with SASL and TLS listeners")
     if not keytool_available():
         return "needs the JDK's keytool to write Java key stores"
     return None
@@ -82,10 +87,18 @@ def secured(tmp_path_factory):
     d = tmp_path_factory.mktemp("security")
     ca = CertificateAuthority()
     files = {"ca.pem": ca.write_pem(str(d / "ca.pem"))}
-    ca.issue("broker", dns=("localhost",), ips=("127.0.0.1",)).write_pem(str(d / "broker.pem"))
-    ca.issue("elsewhere", dns=("kafka.example.invalid",)).write_pem(str(d / "badname.pem"))
-    CertificateAuthority.self_signed("broker", dns=("localhost",), ips=("127.0.0.1",)) \
-        .write_pem(str(d / "selfsigned.pem"))
+    broker_stores = {}
+    for name, identity in {
+            "broker": ca.issue("broker", dns=("localhost",), ips=("127.0.0.1",)),
+            "badname": ca.issue("elsewhere", dns=("kafka.example.invalid",)),
+            "selfsigned": CertificateAuthority.self_signed("broker", dns=("localhost",),
+                                                           ips=("127.0.0.1",))}.items():
+        source = identity.write_pkcs12(str(d / f"{name}-crypto.p12"), BROKER_STORE_PASSWORD,
+                                       name=name)
+        broker_stores[name] = java_keystore(str(d / f"{name}.p12"), source,
+                                            BROKER_STORE_PASSWORD, BROKER_STORE_PASSWORD)
+    broker_trust = java_truststore(str(d / "broker-truststore.p12"), files["ca.pem"],
+                                   BROKER_STORE_PASSWORD)
     client = ca.issue("client", client=True)
     files["client-key.pem"] = client.write_pem(str(d / "client-key.pem"),
                                                key_password=KEY_PASSWORD)
@@ -101,14 +114,15 @@ def secured(tmp_path_factory):
                  "MTLS": "SSL", "BADNAME": "SSL", "SELFSIGNED": "SSL",
                  "PLAINONLY": "SASL_PLAINTEXT"}
     props = {"sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-             "ssl.keystore.type": "PEM", "ssl.keystore.location": str(d / "broker.pem"),
+             "ssl.keystore.type": "PKCS12", "ssl.keystore.location": broker_stores["broker"],
+             "ssl.keystore.password": BROKER_STORE_PASSWORD,
+             "ssl.key.password": BROKER_STORE_PASSWORD,
              "listener.name.mtls.ssl.client.auth": "required",
-             "listener.name.mtls.ssl.truststore.type": "PEM",
-             "listener.name.mtls.ssl.truststore.location": files["ca.pem"],
-             "listener.name.badname.ssl.keystore.type": "PEM",
-             "listener.name.badname.ssl.keystore.location": str(d / "badname.pem"),
-             "listener.name.selfsigned.ssl.keystore.type": "PEM",
-             "listener.name.selfsigned.ssl.keystore.location": str(d / "selfsigned.pem"),
+             "listener.name.mtls.ssl.truststore.type": "PKCS12",
+             "listener.name.mtls.ssl.truststore.location": broker_trust,
+             "listener.name.mtls.ssl.truststore.password": BROKER_STORE_PASSWORD,
+             "listener.name.badname.ssl.keystore.location": broker_stores["badname"],
+             "listener.name.selfsigned.ssl.keystore.location": broker_stores["selfsigned"],
              "listener.name.plainonly.sasl.enabled.mechanisms": "PLAIN"}
     plain = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
              f'user_{USER}="{USER_PASSWORD}";')
@@ -117,10 +131,9 @@ def secured(tmp_path_factory):
         props[f"listener.name.{listener}.plain.sasl.jaas.config"] = plain
         for mechanism in ("scram-sha-256", "scram-sha-512"):
             props[f"listener.name.{listener}.{mechanism}.sasl.jaas.config"] = scram
-    scram_users = ["--add-scram", f"SCRAM-SHA-256=[name={USER},password={USER_PASSWORD}]",
-                   "--add-scram", f"SCRAM-SHA-512=[name={USER},password={USER_PASSWORD}]",
-                   "--add-scram", f"SCRAM-SHA-256=[name={ONLY_256},password={ONLY_256_PASSWORD}]"]
-    broker = LocalKafkaBroker(listeners=listeners, properties=props, format_args=scram_users)
+    scram_users = [("SCRAM-SHA-256", USER, USER_PASSWORD), ("SCRAM-SHA-512", USER, USER_PASSWORD),
+                   ("SCRAM-SHA-256", ONLY_256, ONLY_256_PASSWORD)]
+    broker = start_local_broker(listeners=listeners, properties=props, scram_users=scram_users)
     try:
         topic = unique_topic_name("secured")
         create_topic(broker.bootstrap_servers, topic, partitions=2)
