@@ -13,7 +13,7 @@ group coordinator's connection all fail at once with the real cause. Failures a 
 (the broker closed the connection during the handshake, a reset) stay retriable, and the last
 one is kept for the timeout message (:attr:`ConnectionManager.last_failure`).
 
-Two more things kafka-python gets in the way of, handled here:
+Three more things get in the way, handled here:
 
 * When the broker rejects a SASL password it sends the error and closes the connection; if both
   arrive in one read, kafka-python's read loop drops the bytes and reports only "socket
@@ -21,11 +21,20 @@ Two more things kafka-python gets in the way of, handled here:
 * At DEBUG level kafka-python logs every request and the bytes it sends, and a SASL PLAIN
   ``SaslAuthenticateRequest`` holds the password in clear. :class:`_RedactSaslRequests` keeps
   those requests out of the log records of the two loggers that print requests.
+* Old brokers garble the alert with which they reject a client's certificate. Measured on Kafka
+  2.2 on Java 17 (TLS 1.2), a listener with ``ssl.client.auth=required`` answers a client without
+  a certificate with its first handshake flight again, some 16 KB of zeros and only then the
+  alert (bad_certificate): OpenSSL stops at the repeated flight ("unexpected message") and the
+  real cause would be lost, retried until ``kafka.request.timeout.ms``. :class:`_SSLTransport`
+  reads what the broker still sends and, when an alert rejecting the certificate is in it,
+  reports that alert instead.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import socket
 import ssl
 import time
 from typing import Iterator, Mapping
@@ -55,6 +64,16 @@ _NOT_TLS = {"WRONG_VERSION_NUMBER", "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST",
             "RECORD_LAYER_FAILURE", "UNKNOWN_PROTOCOL"}
 # First byte of a TLS record (change_cipher_spec, alert, handshake, application_data).
 _TLS_RECORD_TYPES = {0x14, 0x15, 0x16, 0x17}
+# A fatal alert record in the clear (TLS 1.0 to 1.2 record versions): 15 03 0x 00 02 02 <alert>.
+_FATAL_ALERT = re.compile(rb"\x15\x03[\x01-\x03]\x00\x02\x02(.)", re.DOTALL)
+# TLS alert descriptions that reject the client's certificate, by OpenSSL's names for them.
+_CERT_ALERTS = {42: "SSLV3_ALERT_BAD_CERTIFICATE", 43: "SSLV3_ALERT_UNSUPPORTED_CERTIFICATE",
+                44: "SSLV3_ALERT_CERTIFICATE_REVOKED", 45: "SSLV3_ALERT_CERTIFICATE_EXPIRED",
+                46: "SSLV3_ALERT_CERTIFICATE_UNKNOWN", 48: "TLSV1_ALERT_UNKNOWN_CA",
+                49: "TLSV1_ALERT_ACCESS_DENIED", 116: "TLSV13_ALERT_CERTIFICATE_REQUIRED"}
+# How long, and how much, to read after a garbled handshake for the alert that follows it.
+_ALERT_WAIT_S = 2.0
+_ALERT_READ_LIMIT = 1 << 20
 
 _TRUST_FIX = ("trust the CA that signed the broker's certificate: set 'kafka.ssl.truststore.location' (a PKCS12 or PEM "
               "trust store, with 'kafka.ssl.truststore.type') or 'kafka.ssl.cafile' (PEM) to its "
@@ -94,6 +113,43 @@ class _TCPTransport(_ReadBeforeClose, KafkaTCPTransport):
 
 
 class _SSLTransport(_ReadBeforeClose, KafkaSSLTransport):
+    async def handshake(self):
+        try:
+            await super().handshake()
+        except ssl.SSLError as exc:
+            if getattr(exc, "reason", None) != "UNEXPECTED_MESSAGE":
+                raise
+            alert = await self._alert_after_garbled_handshake()
+            if alert is None:
+                raise
+            rejected = ssl.SSLError(exc.errno, f"[SSL: {alert}] the broker sent an unexpected "
+                                    f"handshake message, then this alert")
+            rejected.reason, rejected.library = alert, "SSL"
+            raise rejected from exc
+
+    async def _alert_after_garbled_handshake(self) -> str | None:
+        """The OpenSSL name of the alert rejecting the client's certificate that the broker sent
+        after a handshake message OpenSSL did not expect (see the module docstring), read from
+        the socket under the TLS layer until the broker closes it; None without one."""
+        data = b""
+        deadline = time.monotonic() + _ALERT_WAIT_S
+        while len(data) < _ALERT_READ_LIMIT and time.monotonic() < deadline:
+            try:
+                chunk = socket.socket.recv(self._sock, 65536)  # the raw bytes, not TLS records
+            except (BlockingIOError, InterruptedError):
+                try:
+                    await self._net.wait_read(self._sock, timeout_at=deadline)
+                except Exception:  # noqa: BLE001 - the wait timed out
+                    break
+                continue
+            except OSError:
+                break
+            if not chunk:
+                break
+            data += chunk
+        found = [_CERT_ALERTS.get(m.group(1)[0]) for m in _FATAL_ALERT.finditer(data)]
+        return found[-1] if found else None
+
     def _sock_send(self):
         sent, err = super()._sock_send()
         if err is not None and self._sock is not None:

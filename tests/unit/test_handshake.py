@@ -25,7 +25,7 @@ from kafka_source.testing.certs import CertificateAuthority
 from kafka_source.wire.client import BrokerClient
 from kafka_source.wire.handshake import _RedactSaslRequests, diagnose
 
-from .tls_server import TlsServer
+from .tls_server import TlsServer, handshake
 
 # Far longer than any test may take: a client that retried until it ran out would hang the test
 # (and fail on the connection count) instead of passing.
@@ -84,6 +84,25 @@ def test_listener_requiring_a_client_certificate(ca, ca_file):
         message = failure(server, ssl_cafile=ca_file)
     assert "requires a client certificate" in message
     assert "'kafka.ssl.keystore.location'" in message
+
+
+def test_a_rejection_an_old_broker_garbles_is_still_found(ca, ca_file, tmp_path):
+    """Kafka 2.2 sends its first flight again and zeros before the alert: OpenSSL reports an
+    unexpected message, and the alert behind it is the cause (not a retriable failure)."""
+    with TlsServer(ca.issue("broker", ips=("127.0.0.1",)), client_ca=ca,
+                   garble_rejection=True) as server:
+        message = failure(server, ssl_cafile=ca_file)
+        assert "requires a client certificate" in message
+        assert "'kafka.ssl.keystore.location'" in message
+        stranger = CertificateAuthority("stranger").issue("client", client=True)
+        message = failure(server, ssl_cafile=ca_file,
+                          ssl_keystore_location=stranger.write_pem(str(tmp_path / "c.pem")))
+        assert "client certificate configured is not accepted" in message
+        # a certificate it trusts completes the handshake
+        ctx = ssl.create_default_context(cafile=ca_file)
+        ctx.load_cert_chain(ca.issue("client", client=True).write_pem(str(tmp_path / "ok.pem")))
+        handshake(ctx, server.port, "127.0.0.1")
+        assert server.handshakes == 1
 
 
 def test_client_certificate_the_broker_does_not_trust(ca, ca_file, tmp_path):
