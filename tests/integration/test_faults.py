@@ -41,8 +41,9 @@ from kafka_source.group.assignors import load_assignor
 from kafka_source.group.member import GroupMember
 from kafka_source.testing import (create_topic, local_distribution, start_local_broker,
                                    unique_topic_name)
-from kafka_source.testing.proxy import (ApiKey, Fault, FaultProxy, pid_of_client,
-                                        restarting_broker_metadata)
+from kafka_source.testing.proxy import (ApiKey, Fault, FaultProxy,
+                                        broker_without_partitions_metadata, is_metadata_of,
+                                        pid_of_client, restarting_broker_metadata)
 from kafka_source.wire.client import BrokerClient, RetriableBrokerError
 
 from .test_stream import (committed, end_offsets, load_stream, produce_counts, sink_rows,
@@ -188,6 +189,51 @@ def test_batch_read_outlasts_metadata_of_a_broker_that_does_not_know_the_cluster
     rows = batch_rows(spark, faulty.via_proxy, topic)
     assert fault.injected == 3
     check_exactly_once(rows, counts)
+
+
+def without_partitions(faulty):
+    """What a ZooKeeper-mode broker answers once it knows the brokers but not yet the
+    partitions (measured on Kafka 2.2): brokers listed, every topic unknown, no topic at all
+    when all are asked for."""
+    return broker_without_partitions_metadata(1, "127.0.0.1", faulty.proxy.port)
+
+
+def test_batch_read_outlasts_a_broker_that_knows_the_brokers_but_not_the_partitions(
+        spark, faulty, proxy):
+    counts = {0: 30, 1: 45}
+    topic = topic_with(faulty, "zk-no-partitions", counts)
+    # It used to fail at once with "Topic ... does not exist" (issue 17).
+    fault = proxy.inject(ApiKey.Metadata, "answer", answer=without_partitions(faulty),
+                         match=is_metadata_of(topic), times=4)
+    rows = batch_rows(spark, faulty.via_proxy, topic)
+    assert fault.injected == 4
+    check_exactly_once(rows, counts)
+
+
+def test_stream_outlasts_a_broker_that_knows_the_brokers_but_not_the_partitions(
+        spark, faulty, proxy, tmp_path):
+    counts = {0: 30, 1: 30}
+    topic = topic_with(faulty, "zk-no-partitions-stream", counts)
+    group = unique_topic_name("g-no-partitions")
+    query, out = start_parquet_stream(spark, fault_stream_options(
+        faulty.via_proxy, topic, group, maxOffsetsPerTrigger=20), tmp_path)
+    try:
+        wait_for_rows(spark, query, out, 60, 120)
+        # Every Metadata about the topic (the driver's triggers, the executors' leader
+        # look-ups) and every whole-topic list gets that answer, four times (about 2 s at
+        # 'fetchOffset.retryIntervalMs' 500, under the 2.5 s the client doubts an absence with
+        # 'kafka.request.timeout.ms' 5000): the stream used to die with "DataLossError: ... no
+        # longer exists" at the first.
+        fault = proxy.inject(ApiKey.Metadata, "answer", answer=without_partitions(faulty),
+                             match=is_metadata_of(topic), times=4)
+        produce_more(faulty, topic, {0: 25, 1: 35}, start=counts)
+        wait_until(lambda: fault.injected == 4, 60, "four answers without partitions")
+        wait_for_rows(spark, query, out, 120, 120)
+        wait_until(lambda: committed(faulty.direct, group, topic) == {0: 55, 1: 65}, 60,
+                   "the group's commits to reach the log end")
+        check_exactly_once(sink_rows(spark, out), {0: 55, 1: 65})
+    finally:
+        query.stop()
 
 
 def test_a_topic_that_does_not_exist_fails_at_once_when_the_cluster_answers_normally(
