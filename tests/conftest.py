@@ -35,6 +35,11 @@ or a ZooKeeper-mode one from ``KAFKA_ZK_HOME`` when ``PYKAFKA_TEST_BROKER=local-
 Tests that use the broker fixtures are marked ``integration`` and tests that use ``spark`` are
 marked ``spark`` automatically, so ``pytest -m "not integration and not spark"`` runs the fast
 unit tests only.
+
+Tests marked ``cluster`` (``tests/cluster/``: production-failure scenarios on three-node Kafka
+clusters of both generations, several minutes) are left out unless asked for: by a ``-m``
+expression that names the marker (``pytest -m cluster``) or by naming a path under
+``tests/cluster``. So ``make test`` takes as long as without them.
 """
 
 from __future__ import annotations
@@ -69,6 +74,25 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "requires_broker(version, feature): skip on brokers older than the Kafka "
         "release version=(major, minor), which brought feature")
+    config.addinivalue_line(
+        "markers", "cluster: a scenario on three-node Kafka clusters (tests/cluster); run only "
+        "when asked for (-m cluster)")
+
+
+def _cluster_tests_asked_for(config: pytest.Config) -> bool:
+    """``-m`` names the ``cluster`` marker, or a path under tests/cluster is on the command
+    line."""
+    if "cluster" in (config.getoption("markexpr", "") or ""):
+        return True
+    cluster_dir = REPO_ROOT / "tests" / "cluster"
+    for arg in config.invocation_params.args:
+        arg = str(arg)
+        if arg.startswith("-"):
+            continue
+        path = (config.invocation_params.dir / arg.split("::")[0]).resolve()
+        if path == cluster_dir or cluster_dir in path.parents:
+            return True
+    return False
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -79,6 +103,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
         if "spark" in names:
             item.add_marker(pytest.mark.spark)
+    if not _cluster_tests_asked_for(config):
+        left_out = [item for item in items if item.get_closest_marker("cluster")]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            items[:] = [item for item in items if not item.get_closest_marker("cluster")]
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:

@@ -1,0 +1,129 @@
+"""Fixtures of the cluster scenarios: one three-node cluster per Kafka generation, per session.
+
+``cluster`` is parametrized over ``kraft`` (Kafka 4.0, KRaft) and ``zookeeper`` (Kafka 2.2,
+ZooKeeper mode); pytest runs all tests of one generation, then stops that cluster before the
+other starts, so at most one cluster runs at a time. Distributions: ``KAFKA_HOME`` (KRaft-capable,
+as for the rest of the suite) and ``KAFKA_ZK_HOME`` (ZooKeeper mode), else ``../shared/kafka`` and
+``../shared/kafka22`` beside the repository; a generation whose distribution is missing is
+skipped with a reason.
+
+These tests are marked ``cluster`` and left out of the default run (``tests/conftest.py``):
+``pytest -m cluster`` runs them (``-m cluster -k kraft`` one generation), as does naming a file
+or folder under ``tests/cluster``.
+
+Every test gets ``figures`` (:class:`~.scenario.Figures`): what it injected and checked is
+printed as one line per scenario and generation at the end of the run. Each test is bounded by
+``PYKAFKA_CLUSTER_TEST_TIMEOUT_S`` (default 420 s): past it the test's stacks are dumped and it
+fails with :class:`ScenarioTimeout` (a SIGALRM in the main thread, as pytest-timeout's signal
+method does, so that a hung Spark call is interrupted too).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kafka_source.testing.cluster import KRAFT, ZOOKEEPER, KafkaCluster
+
+from .scenario import Figures
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+HOMES = {KRAFT: ("KAFKA_HOME", REPO_ROOT.parent / "shared" / "kafka"),
+         ZOOKEEPER: ("KAFKA_ZK_HOME", REPO_ROOT.parent / "shared" / "kafka22")}
+TEST_TIMEOUT_S = float(os.environ.get("PYKAFKA_CLUSTER_TEST_TIMEOUT_S", "420"))
+_REPORT_KEY = pytest.StashKey[dict]()
+
+
+def distribution(generation: str) -> str | None:
+    variable, default = HOMES[generation]
+    home = os.environ.get(variable, "").strip() or (str(default) if default.is_dir() else "")
+    return home or None
+
+
+@pytest.fixture(scope="session", params=[KRAFT, ZOOKEEPER])
+def cluster(request) -> KafkaCluster:
+    """A running three-node cluster of this generation, shared by the session's tests."""
+    generation = request.param
+    home = distribution(generation)
+    if home is None:
+        pytest.skip(f"no Kafka distribution for the {generation} cluster: set "
+                    f"{HOMES[generation][0]} (or put it at {HOMES[generation][1]})")
+    started = time.monotonic()
+    cluster = KafkaCluster(home, generation)
+    request.addfinalizer(cluster.stop)
+    summary = request.getfixturevalue("summary_lines")
+    summary.append(f"cluster {generation:9} started from {home} in "
+                   f"{time.monotonic() - started:.0f} s ({cluster.bootstrap_servers})")
+    return cluster
+
+
+@pytest.fixture
+def whole_cluster(cluster) -> KafkaCluster:
+    """The cluster with every node up and in sync: a test that left a node down (a scenario
+    whose broker never comes back, or a failure) is repaired before the next one starts."""
+    for node in cluster.nodes:
+        if node not in cluster.running_nodes():
+            cluster.start(node)
+    cluster.wait_in_sync()
+    return cluster
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    item.stash.setdefault(_REPORT_KEY, {})[report.when] = report
+
+
+def _outcome(item) -> str:
+    reports = item.stash.get(_REPORT_KEY, {})
+    for when in ("setup", "call"):
+        report = reports.get(when)
+        if report is None:
+            continue
+        if hasattr(report, "wasxfail"):
+            return "xfailed (known bug)" if report.skipped else "XPASS"
+        if report.failed:
+            return "FAILED" if when == "call" else "ERROR in setup"
+        if report.skipped:
+            return "skipped"
+    return "passed"
+
+
+@pytest.fixture
+def figures(request, cluster, summary_lines):
+    """This scenario's :class:`Figures`; its line is added to the end-of-run summary."""
+    fig = Figures()
+    started = time.monotonic()
+    yield fig
+    name = request.node.originalname.removeprefix("test_").replace("_", "-")
+    summary_lines.append(fig.line(cluster.mode, name, _outcome(request.node),
+                                  time.monotonic() - started))
+
+
+class ScenarioTimeout(Exception):
+    """A cluster test ran longer than PYKAFKA_CLUSTER_TEST_TIMEOUT_S."""
+
+
+@pytest.fixture(autouse=True)
+def _bounded(request):
+    """Fail the test (not the session) once it has run TEST_TIMEOUT_S."""
+    def expire(signum, frame):
+        sys.stderr.write(f"\n=== {request.node.nodeid} ran {TEST_TIMEOUT_S:.0f} s: stacks ===\n")
+        faulthandler.dump_traceback(all_threads=True)
+        raise ScenarioTimeout(f"{request.node.nodeid} exceeded {TEST_TIMEOUT_S:.0f} s "
+                              "(PYKAFKA_CLUSTER_TEST_TIMEOUT_S)")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, TEST_TIMEOUT_S)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
