@@ -121,6 +121,8 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         # After a restart: the group's committed offsets ahead of the checkpoint, not to be
         # committed over (see _group_floor).
         self._floor: Offsets = {}
+        # Positions of the partitions dropped after fencing, for their adoption (see _adopt).
+        self._fenced_at: Offsets = {}
         self._committed: Offsets = {}                    # what this process last committed
         self._latest: Offsets | None = None              # for reportLatestOffset
         self._target: Offsets | None = None              # Trigger.AvailableNow
@@ -219,18 +221,25 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
             owned = self._assignment(partitions)
             self._commit_completed(start_pos)
             previous = self._previous
-            if self._fenced():
+            fenced = self._fenced()
+            if fenced:
                 previous = frozenset()
                 stale = sorted(set(start_pos) & set(owned))
+                # Where this query itself was: what it adopts next trigger never lies before
+                # that (its sink holds everything up to there), whatever the group says.
+                self._fenced_at = {tp: start_pos[tp] for tp in stale}
                 if stale:
                     log.warning("Group '%s' fenced this member since the last trigger: its "
-                                "offsets of %s are stale (another member may have read and "
+                                "offsets of %s may be stale (another member may have read and "
                                 "committed them meanwhile). Dropping them for this trigger; the "
-                                "next adopts them from the group's committed offsets.",
+                                "next adopts them at the group's committed offset or where the "
+                                "query was, whichever is later.",
                                 self.options.group.group_id, _describe(stale))
             kept = self._trusted(start_pos, owned, previous)
             new = [tp for tp in owned if tp not in start_pos]
             adopted = self._adopt(new, new_partitions=True)
+            if not fenced:
+                self._fenced_at = {}       # adopted now, or no longer this member's
             self._previous = frozenset(kept) | frozenset(adopted)
             self._lost_seen = member.generations_lost_at_assignment
             latest = self._list(list(kept), LATEST_TIMESTAMP)
@@ -393,9 +402,16 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         earliest = self._list(partitions, EARLIEST_TIMESTAMP)
         latest = self._list(partitions, LATEST_TIMESTAMP)
         result = {}
+        fenced_at = self._fenced_at
         for tp in partitions:
             offset = committed.get(tp)
-            if offset is not None:
+            if tp in fenced_at and (offset is None or offset < fenced_at[tp]):
+                # Dropped after fencing: nobody committed past where this query was (its commit
+                # of the last batch was refused, or never made): go on from there, neither
+                # reading into the sink again nor skipping by the reset policy.
+                offset = max(fenced_at[tp], earliest[tp])
+                how = "where the query was before it was fenced"
+            elif offset is not None:
                 offset = check_start_for_data_loss(tp, offset, earliest[tp], self.options.source)
                 if offset > latest[tp] and not self._within_open_transactions(tp, offset):
                     self._data_loss(f"The committed offset {offset} of {tp[0]}-{tp[1]} in group "

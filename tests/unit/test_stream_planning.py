@@ -668,6 +668,27 @@ def test_fenced_member_neither_commits_nor_reads_its_stale_offsets(coordinator, 
     assert after and all(off >= 500 for c in after for off in c.values()), after
 
 
+def test_fenced_member_that_nobody_replaced_goes_on_where_it_was(coordinator, member_reader):
+    # Fenced while a batch ran (a GC pause, a frozen VM: found by the cluster scenarios), and
+    # no other member read or committed meanwhile: the group still says 100, the query's sink
+    # holds everything up to 200. Adopting at the group's 100 read 100..200 into the sink again.
+    cluster = Cluster({tp: 500 for tp in T4})
+    reader = member_reader(cluster, startingOffsets="earliest", maxOffsetsPerTrigger="400")
+    spark = Spark(reader)
+    assert spark.trigger() == [("t", p, 0, 100) for p in range(4)]
+    assert spark.trigger() == [("t", p, 100, 200) for p in range(4)]   # the long batch
+    member = reader.member
+    coordinator.remove_member(GROUP, member.generation.member_id)
+    wait_until(lambda: member.generations_lost == 1, "the heartbeat to notice the fencing")
+    assert spark.trigger() == []                     # dropped for a trigger, then adopted ...
+    assert spark.trigger() == []
+    assert decode_offsets(spark.start) == {tp: 200 for tp in T4}    # ... where it was
+    for begin in (200, 300, 400):
+        assert spark.trigger() == [("t", p, begin, begin + 100) for p in range(4)]
+    assert spark.trigger() is None
+    assert coordinator.group(GROUP).offsets == {tp: 500 for tp in T4}
+
+
 def test_fenced_member_keeps_the_partitions_of_the_generation_it_rejoined_in(coordinator,
                                                                              member_reader):
     # Once re-adopted in the new generation, the partitions are trusted again: no second drop.
