@@ -32,7 +32,7 @@ def test_nodes_are_killed_stopped_and_started_for_real(whole_cluster, figures):
     assert not node.running and not _tcp_open("127.0.0.1", port)
     assert c.running_nodes() == [n for n in (1, 2, 3) if n != victim]
     killed = time.monotonic()
-    c.wait_out_of_isr(victim)
+    c.wait_noticed_down(victim)
     noticed = time.monotonic() - killed
     assert c.leader(topic, 0) in c.running_nodes()
     assert all(victim not in v.brokers for v in c.views())
