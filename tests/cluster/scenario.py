@@ -393,10 +393,12 @@ class Stream:
     #: connector runs and before any fault: the query is started again, a few times.
     START_ATTEMPTS = 3
 
-    def __init__(self, spark, options: dict, tmp_path, trigger: str = "500 milliseconds"):
+    def __init__(self, spark, options: dict, tmp_path, trigger: str = "500 milliseconds",
+                 transform=None):
         self.spark = spark
         self.options = options
         self.trigger = trigger
+        self.transform = transform or (lambda df: df)
         self.group = options["kafka.group.id"]
         self.out = str(tmp_path / "stream-out")
         self.checkpoint = str(tmp_path / "stream-ck")
@@ -415,8 +417,8 @@ class Stream:
         reader = self.spark.readStream.format("pykafka")
         for k, v in self.options.items():
             reader = reader.option(k, v)
-        return (reader.load()
-                .selectExpr("partition", "offset", "CAST(value AS STRING) AS value")
+        rows = reader.load().selectExpr("partition", "offset", "CAST(value AS STRING) AS value")
+        return (self.transform(rows)
                 .writeStream.format("parquet").option("path", self.out)
                 .option("checkpointLocation", self.checkpoint)
                 .trigger(processingTime=self.trigger).start())
@@ -671,11 +673,15 @@ class Run:
         self.feed.start()
         return self.feed
 
-    def start_stream(self, trigger: str = "500 milliseconds", **options) -> Stream:
+    def start_stream(self, trigger: str = "500 milliseconds", transform=None,
+                     **options) -> Stream:
+        """The stream, into parquet; ``transform`` (DataFrame -> DataFrame, same columns) is
+        applied to its rows on the way."""
         self.watch = CommitWatch(self.bootstrap, self.group, self.topic)
         self.watch.start()
         self.stream = Stream(self.spark, stream_options(self.bootstrap, self.topic, self.group,
-                                                        **options), self.tmp_path, trigger)
+                                                        **options), self.tmp_path, trigger,
+                             transform)
         return self.stream
 
     def start_batch_loop(self, **options) -> BatchLoop:
