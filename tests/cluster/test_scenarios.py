@@ -64,7 +64,7 @@ def test_partition_leader_sigkilled_and_back(whole_cluster, spark, figures, tmp_
         run.log(f"node {victim} restarted")
         c.wait_in_sync(victim)
         run.log(f"node {victim} in sync")
-        time.sleep(3)
+        time.sleep(2)
         run.finish()
 
 
@@ -82,7 +82,7 @@ def test_partition_leader_sigkilled_never_back(whole_cluster, spark, figures, tm
         c.kill(victim)
         figures.fault("SIGKILL leader")
         c.wait_noticed_down(victim)
-        time.sleep(10)
+        time.sleep(6)
         run.finish()
     # The node stays down; the next test's whole_cluster brings it back.
 
@@ -186,10 +186,10 @@ def test_controlled_shutdown_of_a_leader(whole_cluster, spark, figures, tmp_path
         victim = c.leader(run.topic, 0)
         c.stop(victim)
         figures.fault("controlled shutdown leader")
-        time.sleep(10)
+        time.sleep(6)
         c.start(victim)
         c.wait_in_sync(victim)
-        time.sleep(3)
+        time.sleep(2)
         run.finish()
 
 
@@ -205,7 +205,7 @@ def test_rolling_restart_of_all_brokers(whole_cluster, spark, figures, tmp_path)
         run.wait_until_busy()
         restarted = c.rolling_restart()
         figures.fault("controlled restart", len(restarted))
-        time.sleep(3)
+        time.sleep(2)
         run.finish()
 
 
@@ -226,7 +226,7 @@ def test_group_coordinator_sigkilled(whole_cluster, spark, figures, tmp_path):
         time.sleep(max(0, DOWN_S - 8))
         c.start(coordinator)
         c.wait_in_sync(coordinator)
-        time.sleep(3)
+        time.sleep(2)
         run.finish()
 
 
@@ -254,12 +254,12 @@ def test_reassignment_and_preferred_election_during_reads(whole_cluster, spark, 
         c.preferred_leader_election(run.topic)
         figures.fault("preferred leader election")
         assert c.leader(run.topic, 0) == leader
-        time.sleep(3)
+        time.sleep(2)
         run.finish()
 
 
 def test_two_brokers_down(whole_cluster, spark, figures, tmp_path):
-    """Two of three brokers gone for ~30 s (longer than the stream's
+    """Two of three brokers gone for ~25 s (longer than the stream's
     ``kafka.default.api.timeout.ms``): with ``min.insync.replicas=2`` writes with ``acks=all``
     are refused, but what is in Kafka can still be read, by batch reads and by the stream,
     which must survive although its group cannot commit (the offsets topic lacks in-sync
@@ -279,7 +279,7 @@ def test_two_brokers_down(whole_cluster, spark, figures, tmp_path):
                         # min.insync.replicas: the survivor must know it before the others go)
         before = end_offsets(run.bootstrap, run.topic, run.partitions)
         run.start_stream(trigger="1 second", maxOffsetsPerTrigger=150,
-                         **{"kafka.default.api.timeout.ms": 20_000})
+                         **{"kafka.default.api.timeout.ms": 15_000})
         run.stream.wait_for_rows(300, 120)
         survivor = c.coordinator(run.group)
         first, second = [n for n in c.nodes if n != survivor]
@@ -312,7 +312,7 @@ def test_two_brokers_down(whole_cluster, spark, figures, tmp_path):
         truth_before = read_topic(c.live_bootstrap_servers(), run.topic, run.partitions, before)
         check_reads(figures, "batch read with two brokers down", truth_before,
                     batch_rows(spark, c.live_bootstrap_servers(), run.topic, before))
-        time.sleep(max(0, 30 - (time.monotonic() - outage)))
+        time.sleep(max(0, 25 - (time.monotonic() - outage)))
         if run.stream.failure() is not None:
             figures.problem("the stream failed while two brokers were down: "
                             f"{short(run.stream.failure(), 2000)}")
