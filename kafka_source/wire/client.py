@@ -418,10 +418,8 @@ class BrokerClient:
             node = self.last_metadata_node
             unknown = [t for t in names or () if infos.get(t) is None
                        or infos[t].error_code == Errors.UnknownTopicOrPartitionError.errno]
-            listed = self.metadata(None, node=node) if unknown else {}
-            if unknown and (not any(i.error_code == 0 for i in listed.values())
-                            or any(t in listed and listed[t].error_code == 0 for t in unknown)):
-                # No topic at all, or the topic itself now: the broker was still learning.
+            if unknown and not any(info.error_code == 0
+                                   for info in self.metadata(None, node=node).values()):
                 self.view.avoid = node
                 raise UnsettledMetadata(
                     f"broker {node} lists no topic at all, so its 'unknown topic' for "
