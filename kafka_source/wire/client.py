@@ -418,13 +418,22 @@ class BrokerClient:
             node = self.last_metadata_node
             unknown = [t for t in names or () if infos.get(t) is None
                        or infos[t].error_code == Errors.UnknownTopicOrPartitionError.errno]
-            if unknown and not any(info.error_code == 0
-                                   for info in self.metadata(None, node=node).values()):
+            listed = self.metadata(None, node=node) if unknown else {}
+            if unknown and not any(info.error_code == 0 for info in listed.values()):
                 self.view.avoid = node
                 raise UnsettledMetadata(
                     f"broker {node} lists no topic at all, so its 'unknown topic' for "
                     f"{', '.join(repr(t) for t in unknown)} means nothing yet (it has not "
                     "learnt the cluster's partitions: starting?)", infos)
+            learnt = [t for t in unknown if t in listed and listed[t].error_code == 0]
+            if learnt:
+                # Asked next for its whole list, the broker has the topic: it learnt the
+                # cluster's partitions in between (a ZooKeeper-mode broker just (re)started).
+                # Neither answer is taken for the other's topics: ask for the named ones again.
+                raise UnsettledMetadata(
+                    f"broker {node} called {', '.join(repr(t) for t in learnt)} unknown, then "
+                    "listed it among its topics (it was learning the cluster's partitions)",
+                    infos)
             troubled = sorted(t for t, i in infos.items()
                               if i.error_code not in (0, Errors.UnknownTopicOrPartitionError.errno)
                               and getattr(error_for(i.error_code), "retriable", False))

@@ -72,14 +72,24 @@ def test_planning_outlasts_a_restarting_broker():
     assert len(fake.metadata_calls) == 3
 
 
-def test_a_topic_reported_unknown_is_an_error_never_left_out():
-    # One answer says 'u' is unknown, the next would know it: the read must not silently skip 'u'.
+def test_a_topic_reported_unknown_that_the_broker_then_lists_is_asked_for_again():
+    # One answer says 'u' is unknown, the broker's whole topic list (asked next) has it: the
+    # broker learnt the cluster's partitions in between (a ZooKeeper-mode broker that just
+    # started). 'u' is asked for again and read, never left out.
     fake = cluster()
     fake.topic_errors["u"] = [UNKNOWN_TOPIC_OR_PARTITION]
-    with pytest.raises(TopicError, match="Topic 'u' does not exist"):
-        plan(fake, subscribe="t,u")
-    # At once, after one look at the broker's whole topic list: it knows the cluster's topics.
-    assert fake.metadata_calls == [["t", "u"], None]
+    got = plan(fake, subscribe="t,u", **{"fetchOffset.retryIntervalMs": "0"})
+    assert {r.topic for r in got} == {"t", "u"}
+    assert fake.metadata_calls[:3] == [["t", "u"], None, ["t", "u"]]
+
+
+def test_a_topic_the_broker_does_not_list_is_an_error_at_once():
+    # The broker knows other topics and not 'nope': the topic does not exist, after one look at
+    # the whole list.
+    fake = cluster()
+    with pytest.raises(TopicError, match="Topic 'nope' does not exist"):
+        plan(fake, subscribe="t,nope")
+    assert fake.metadata_calls == [["nope", "t"], None]
 
 
 def test_planning_gives_up_on_a_broker_gone_for_longer_than_the_retries():
