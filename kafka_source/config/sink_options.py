@@ -66,13 +66,14 @@ _PRODUCER_INTS = {
     "delivery.timeout.ms": ("delivery_timeout_ms", 1),
     "request.timeout.ms": ("request_timeout_ms", 1),
     "retry.backoff.ms": ("retry_backoff_ms", 0),
+    "metadata.max.age.ms": ("metadata_max_age_ms", 0),
     "max.in.flight.requests.per.connection": ("max_in_flight", 1),
     "transaction.timeout.ms": ("transaction_timeout_ms", 1),
 }
 _PRODUCER_OTHER = {"acks", "compression.type", "enable.idempotence", "transactional.id",
                    "retries"}
 # Also connection settings of the network client: given to both.
-_SHARED = {"request.timeout.ms", "retry.backoff.ms"}
+_SHARED = {"request.timeout.ms", "retry.backoff.ms", "metadata.max.age.ms"}
 
 # Producer settings that cannot be honoured: what is written would differ from what was asked.
 _UNSUPPORTED = {

@@ -292,6 +292,13 @@ class BrokerClient:
             log.debug("cannot connect to broker %s yet: %s", node_id, exc)
         return False
 
+    def node_failing(self, node_id) -> bool:
+        """Whether connecting to broker ``node_id`` failed since it last succeeded (the client
+        waits out a reconnect backoff before trying again): a broker that is down, restarting
+        or gone. The producer then asks for new metadata, as Kafka's Java client does on every
+        disconnect: the broker's partitions have other leaders by now."""
+        return node_id in self._connections._backoff
+
     def send_async(self, node_id, request, timeout_ms: int | None = None):
         """Send ``request`` to ``node_id`` without waiting: returns kafka-python's Future, which
         :meth:`poll` completes with the response, or fails with a network error or after

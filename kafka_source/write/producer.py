@@ -24,6 +24,12 @@ Sending
     caller's thread, in non-blocking polls at every :meth:`Producer.send` and in
     :meth:`Producer.flush`; see "Why no sender thread" below.
 
+Following leaders
+    As the Java producer does, metadata is asked for again when a request fails or an answer
+    says the leader moved, when connecting to a leader fails (a crashed or restarting broker:
+    without asking, its partitions' batches would wait for it until ``delivery_timeout_ms``),
+    and every ``metadata_max_age_ms`` (a preferred-leader election, partitions added).
+
 Idempotence (default, needs acks=all)
     InitProducerId once per producer, then every batch carries the partition's next sequence
     number. On a retriable error (leader moved, not enough replicas, timeout, a broken
@@ -155,6 +161,7 @@ class ProducerSettings:
     delivery_timeout_ms: int = 120_000
     request_timeout_ms: int = 30_000
     retry_backoff_ms: int = 100
+    metadata_max_age_ms: int = 300_000   # kafka.metadata.max.age.ms: refresh at least this often
     max_in_flight: int = 5             # kafka.max.in.flight.requests.per.connection
     transactional_id: str | None = None
     transaction_timeout_ms: int = 60_000
@@ -175,6 +182,7 @@ class ProducerSettings:
                                  ("max.block.ms", self.max_block_ms, 0),
                                  ("request.timeout.ms", self.request_timeout_ms, 1),
                                  ("retry.backoff.ms", self.retry_backoff_ms, 0),
+                                 ("metadata.max.age.ms", self.metadata_max_age_ms, 0),
                                  ("transaction.timeout.ms", self.transaction_timeout_ms, 1)):
             if int(value) < low:
                 raise OptionError(f"Option 'kafka.{name}' must be at least {low}; got {value}.")
@@ -339,6 +347,8 @@ class Producer:
         self._force_ready = False                    # flush / memory exhausted: cut open batches
         self._metadata_wanted = False
         self._metadata_retry_at = 0.0
+        self._metadata_backoff = self._first_metadata_backoff()
+        self._metadata_at = self._clock.now()        # the last metadata answer taken
         self._metadata_error: str | None = None
         self._unconfirmed: dict[object, set[TopicPartition]] = {}   # acks=0: see flush()
         self._txn_partitions: set[TopicPartition] = set()
@@ -627,6 +637,8 @@ class Producer:
         now = self._clock.now()
         self._collect(now)
         self._linger(now)
+        if now - self._metadata_at >= self.settings.metadata_max_age_ms / 1000 and self._counts:
+            self._metadata_wanted = True          # kafka.metadata.max.age.ms, as in Java
         self._refresh_metadata_if_wanted(now)
         self._send_ready(now)
         self._client.poll(wait_ms)
@@ -645,6 +657,8 @@ class Producer:
             st = self._parts[tp]
             if st.retrying and not st.in_flight:
                 due = min(due, st.retry_at)
+        if self._metadata_wanted:
+            due = min(due, self._metadata_retry_at)
         return max(0.0, (due - now) * 1000)
 
     def _linger(self, now: float) -> None:
@@ -684,6 +698,11 @@ class Producer:
             by_node.setdefault(leader, []).append(st)
         for node, parts in by_node.items():
             if not self._node_ready(node):
+                if self._client.node_failing(node):
+                    # Connecting to the leader failed: it is down or restarting, and its
+                    # partitions have (or soon get) another leader. Without asking, the
+                    # batches would wait for it until kafka.delivery.timeout.ms.
+                    self._metadata_wanted = True
                 continue
             queue = self._in_flight.setdefault(node, deque())
             self._rotation += 1
@@ -750,6 +769,9 @@ class Producer:
             return True
         self._node_errors.setdefault(node, f"broker {node} is not reachable")
         return False
+
+    def _first_metadata_backoff(self) -> float:
+        return self.settings.retry_backoff_ms / 1000
 
     def _confirm_unacknowledged(self) -> None:
         """acks=0: one answered request per broker written to (see :meth:`flush`)."""
@@ -855,6 +877,7 @@ class Producer:
                        fenced=error in _FENCED)
 
     def _acknowledged(self, batch: _Batch) -> None:
+        self._metadata_backoff = self._first_metadata_backoff()   # the leaders answer again
         st = self._parts[batch.tp]
         st.in_flight -= 1
         batch.in_flight = False
@@ -939,6 +962,7 @@ class Producer:
                     Errors.UnknownTopicOrPartitionError.errno
                 if code == _NONE:
                     self._update_topic(info)
+                    self._metadata_at = self._clock.now()
                     return
                 error = error_for(code)
                 if error is Errors.UnknownTopicOrPartitionError:
@@ -967,13 +991,23 @@ class Producer:
             self._leaders[(info.name, partition)] = part.leader
 
     def _refresh_metadata_if_wanted(self, now: float) -> None:
-        """Refresh the leaders of the topics written to after an error that says they moved
-        (a blocking Metadata request; responses of Produce requests in flight are handled
-        meanwhile). A failure is retried after ``retry_backoff_ms``."""
+        """Refresh the leaders of the topics written to when they may have moved: after an
+        error that says so, while a leader cannot be connected to, and every
+        ``metadata_max_age_ms`` (a blocking Metadata request; responses of Produce requests in
+        flight are handled meanwhile).
+
+        Refreshes follow each other after ``retry_backoff_ms``, doubling up to 1 s while
+        nothing is acknowledged, as the Java client's (``retry.backoff.max.ms``): the cluster
+        may name a dead broker as leader for a while (a KRaft controller until the broker's
+        session times out, about 9 s; a ZooKeeper-mode broker until the controller's news
+        reaches it). An older answer than one seen is not taken (leader epochs, KIP-320:
+        :meth:`BrokerClient.metadata`)."""
         if not self._metadata_wanted or now < self._metadata_retry_at:
             return
         topics = sorted(self._counts)
-        self._metadata_retry_at = now + self.settings.retry_backoff_ms / 1000
+        self._metadata_retry_at = now + self._metadata_backoff
+        self._metadata_backoff = min(2 * self._metadata_backoff,
+                                     max(1.0, self._first_metadata_backoff()))
         try:
             infos = self._client.metadata(topics)
         except RetriableBrokerError as exc:
@@ -981,6 +1015,7 @@ class Producer:
             return
         self._metadata_wanted = False
         self._metadata_error = None
+        self._metadata_at = self._clock.now()
         for topic in topics:
             info = infos.get(topic)
             if info is None or info.error_code != _NONE:

@@ -18,11 +18,10 @@ run. The cluster's settings (``min.insync.replicas=2``, replication factor 3, a 
 noticed after ~6 s) are in :mod:`kafka_source.testing.cluster`; the stream's (10 s group
 sessions) in ``scenario.py``.
 
-One test is a strict xfail for a connector bug found here (issue 18), made deterministic and
-expecting its own failure only (``raises=``): :data:`SINK_BUG`. When a fix lands it XPASSes,
-which fails the run: then drop the marker. (The frozen-planner scenario was one too, until a
-fenced member that nobody replaced went on where it was instead of at the group's older
-committed offset.)
+Two scenarios were strict xfails for connector bugs found here, until they were fixed: the
+frozen-planner one (a fenced member that nobody replaced went on where it was instead of at the
+group's older committed offset) and the sink-crash one (the producer never asked for new
+metadata while a leader was unreachable, issue 18).
 """
 
 from __future__ import annotations
@@ -87,18 +86,6 @@ def test_partition_leader_sigkilled_never_back(whole_cluster, spark, figures, tm
     # The node stays down; the next test's whole_cluster brings it back.
 
 
-SINK_BUG = ("connector bug: the sink's producer never asks for new metadata while a partition's "
-            "leader is unreachable (write/producer.py _send_ready skips the partition when "
-            "_node_ready(leader) is False; metadata is refreshed only after a request failed), so "
-            "a producer whose metadata names a crashed leader waits for kafka.delivery.timeout.ms "
-            "and the task fails with 'broker N is not reachable'")
-
-
-class SinkStuckOnDeadLeader(AssertionError):
-    """The write failed waiting for a broker that had crashed (the bug of :data:`SINK_BUG`)."""
-
-
-@pytest.mark.xfail(strict=True, reason=SINK_BUG, raises=SinkStuckOnDeadLeader)
 def test_sink_while_a_partition_leader_is_sigkilled(whole_cluster, spark, figures, tmp_path):
     """``df.write.format("pykafka")`` whose rows reach the writer right after the leader of one
     of its partitions crashed, before the cluster noticed (a write job started during a
@@ -168,8 +155,6 @@ def test_sink_while_a_partition_leader_is_sigkilled(whole_cluster, spark, figure
     check_sink_values(figures, "sink", rows, list(in_kafka.values()), complete=outcome[0] is None)
     if outcome[0] is not None:
         figures.problem(f"the write failed: {short(outcome[0])}")
-        if f"broker {victim} is not reachable" in str(outcome[0]) and not figures.duplicated:
-            raise SinkStuckOnDeadLeader("\n".join(figures.problems))
     figures.assert_clean()
 
 

@@ -147,6 +147,7 @@ class FakeProduceCluster:
         self.answers: list = []                 # (tp, error code) of every batch answered
         self.in_flight_peak: dict = {}
         self.metadata_calls = 0
+        self.metadata_times: list = []          # simulated time of each metadata call
         self.metadata_failures: list = []
         self.closed = False
         self._pending: list[_Pending] = []
@@ -196,6 +197,7 @@ class FakeProduceCluster:
 
     def metadata(self, topics):
         self.metadata_calls += 1
+        self.metadata_times.append(self.clock.now())
         if self.metadata_failures:
             raise self.metadata_failures.pop(0)
         result = {}
@@ -210,6 +212,9 @@ class FakeProduceCluster:
 
     def node_ready(self, node) -> bool:
         return node not in self.unreachable
+
+    def node_failing(self, node) -> bool:
+        return node in self.unreachable
 
     def send_async(self, node, request, timeout_ms=None):
         future = Future()

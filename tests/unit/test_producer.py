@@ -248,6 +248,106 @@ def test_a_leader_move_is_followed_after_a_metadata_refresh():
     assert cluster.produce_requests[-1][0] == 2
 
 
+# --- leaders that cannot be reached (issue 18, item 1) -------------------------------------------
+# The Java producer asks for metadata on every disconnect and failed connection; a producer that
+# only asked after a failed request waited for a dead leader until kafka.delivery.timeout.ms.
+
+def _moved_away_from(cluster, dead, to):
+    """Broker ``dead`` crashed: nothing connects to it, and its partitions have leader ``to``."""
+    cluster.unreachable.add(dead)
+    for tp, node in list(cluster.leaders.items()):
+        if node == dead:
+            cluster.move_leader(tp, to)
+
+
+def test_a_leader_dead_before_the_write_is_left_for_the_new_one():
+    # The producer's metadata (taken when the topic was looked up) names broker 1; it dies
+    # before anything is sent to it, and its partitions move to broker 2.
+    cluster = FakeProduceCluster({T: 2}, brokers=(1, 2))
+    cluster, producer = make(cluster, batch_size=200, linger_ms=0)
+    assert producer.partition_count(T) == 2
+    start, calls = cluster.clock.now(), cluster.metadata_calls
+    _moved_away_from(cluster, 1, 2)
+    producer.send(T, np.zeros(30, np.int32), values(30), None, None)
+    producer.flush()
+    assert cluster.values((T, 0)) == [f"{i:010d}".encode() for i in range(30)]
+    assert all(r[0] == 2 for r in cluster.produce_requests)
+    assert cluster.metadata_calls == calls + 1
+    assert cluster.clock.now() - start < 1          # not kafka.delivery.timeout.ms (120 s)
+
+
+def test_a_leader_dead_between_writes_is_left_for_the_new_one():
+    # Nothing in flight when broker 1 dies: the next write finds it unreachable.
+    cluster = FakeProduceCluster({T: 2}, brokers=(1, 2))
+    cluster, producer = make(cluster, batch_size=200, linger_ms=0)
+    producer.send(T, np.zeros(10, np.int32), values(10), None, None)
+    producer.flush()
+    start = cluster.clock.now()
+    _moved_away_from(cluster, 1, 2)
+    producer.send(T, np.zeros(10, np.int32), values(10, 10), None, None)
+    producer.flush()
+    assert cluster.values((T, 0)) == [f"{i:010d}".encode() for i in range(20)]
+    assert cluster.produce_requests[-1][0] == 2
+    assert cluster.clock.now() - start < 1
+
+
+def test_a_leader_dead_mid_request_is_left_for_the_new_one_without_duplicates():
+    # Broker 1 appended the batch, then the connection broke before the answer; the retry goes
+    # to the new leader, which has the batch (replicated) and recognises it as a duplicate.
+    cluster = FakeProduceCluster({T: 2}, brokers=(1, 2))
+    cluster, producer = make(cluster, batch_size=200, linger_ms=0)
+    producer.partition_count(T)
+    cluster.break_next(1, append_first=True)
+    producer.send(T, np.zeros(10, np.int32), values(10), None, None)
+    _moved_away_from(cluster, 1, 2)
+    start = cluster.clock.now()
+    producer.flush()
+    assert cluster.values((T, 0)) == [f"{i:010d}".encode() for i in range(10)]
+    assert cluster.produce_requests[-1][0] == 2
+    assert cluster.clock.now() - start < 1
+
+
+def test_metadata_naming_a_dead_leader_is_asked_again_with_a_growing_backoff():
+    # The cluster keeps naming the dead broker for 9 s (a KRaft controller until the broker's
+    # session times out): the producer asks again, at most about once a second, and writes
+    # to the new leader as soon as it is named.
+    cluster = FakeProduceCluster({T: 1}, brokers=(1, 2))
+    cluster, producer = make(cluster, batch_size=200, linger_ms=0, retry_backoff_ms=100)
+    producer.partition_count(T)
+    cluster.unreachable.add(1)
+    start = cluster.clock.now()
+    producer.send(T, np.zeros(10, np.int32), values(10), None, None)
+    while cluster.clock.now() - start < 9:
+        producer._pump(producer._wait_ms())
+    asked = [t - start for t in cluster.metadata_times if t >= start]
+    assert 5 <= len(asked) <= 14, asked
+    gaps = [b - a for a, b in zip(asked, asked[1:])]
+    assert all(g <= 1.06 for g in gaps), gaps
+    assert gaps[-1] >= 0.9, gaps              # grown to the 1 s cap
+    cluster.move_leader((T, 0), 2)
+    producer.flush()
+    assert cluster.values((T, 0)) == [f"{i:010d}".encode() for i in range(10)]
+    assert cluster.clock.now() - start < 11
+
+
+def test_metadata_is_refreshed_every_metadata_max_age_ms():
+    cluster = FakeProduceCluster({T: 2}, brokers=(1, 2))
+    cluster, producer = make(cluster, batch_size=200, linger_ms=0, metadata_max_age_ms=60_000)
+    producer.send(T, np.zeros(10, np.int32), values(10), None, None)
+    producer.flush()
+    calls = cluster.metadata_calls
+    cluster.clock.sleep(30)
+    producer.send(T, np.zeros(10, np.int32), values(10, 10), None, None)
+    producer.flush()
+    assert cluster.metadata_calls == calls            # younger than metadata.max.age.ms
+    cluster.move_leader((T, 0), 2)                    # e.g. a preferred-leader election
+    cluster.clock.sleep(31)
+    producer.send(T, np.zeros(10, np.int32), values(10, 20), None, None)
+    producer.flush()
+    assert cluster.metadata_calls == calls + 1
+    assert cluster.produce_requests[-1][0] == 2       # sent to the new leader at once
+
+
 def test_a_broken_connection_after_the_write_does_not_duplicate():
     cluster, producer = make(batch_size=200, linger_ms=0)
     cluster.break_next(1, append_first=True)
