@@ -464,6 +464,14 @@ class Producer:
                                  self._producer_epoch, tuple(sorted(self._txn_partitions)))
 
     @property
+    def reusable(self) -> bool:
+        """Whether another task may go on with this producer: not closed, never failed, and
+        nothing sent but unacknowledged or queued (a failed or interrupted task's records must
+        not be sent by the next task). Its id, epoch and sequences then continue."""
+        return not self._closed and self._error is None and not self._pending() \
+            and not self._unconfirmed and self._transactional_id is None
+
+    @property
     def producer_id(self) -> int:
         """The producer id (-1 until InitProducerId, and without idempotence)."""
         return self._producer_id
