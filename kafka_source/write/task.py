@@ -91,19 +91,24 @@ def send_batches(batches: Iterable, producer, columns: Columns, topic_option: st
     return row_offset
 
 
-def acked_records(producer) -> tuple[tuple[str, int, int], ...]:
-    return tuple(sorted((t, p, int(n)) for (t, p), n in producer.acked().items() if n))
+def acked_records(producer, before: dict | None = None) -> tuple[tuple[str, int, int], ...]:
+    """Records acknowledged per partition, since the ``before`` snapshot of
+    ``producer.acked()`` if given (a pooled producer counts every task's)."""
+    before = before or {}
+    return tuple(sorted((t, p, int(n - before.get((t, p), 0)))
+                        for (t, p), n in producer.acked().items() if n - before.get((t, p), 0)))
 
 
-def write_task(options, columns: Columns, batches: Iterator, task: int) -> SinkCommitMessage:
-    """At-least-once: write everything, flush, report the records acknowledged."""
+def write_task(options, columns: Columns, batches: Iterator, task: int, *,
+               pool=None) -> SinkCommitMessage:
+    """At-least-once: write everything, flush, report the records acknowledged. The producer
+    is this Python worker's for these settings, kept for the next task
+    (:mod:`.producer_pool`)."""
     from .partitioner import partitions_for_keys
-    from .producer import Producer
+    from .producer_pool import POOL
 
-    producer = Producer(options.client_config, options.producer)
-    try:
+    with (pool or POOL).lease(options.client_config, options.producer) as producer:
+        before = producer.acked()
         send_batches(batches, producer, columns, options.topic, partitions_for_keys)
         producer.flush()
-        return SinkCommitMessage(task=task, records=acked_records(producer))
-    finally:
-        producer.close()
+        return SinkCommitMessage(task=task, records=acked_records(producer, before))

@@ -267,6 +267,44 @@ def test_stream_topic_to_topic_with_checkpoint_restart(spark, bootstrap_servers,
     assert all(r.partition == default_partition(r.key, 3) for r in got)
 
 
+def test_a_stream_of_100_micro_batches_uses_one_producer_per_python_worker(
+        spark, bootstrap_servers, tmp_path):
+    # Issue 18 item 2: a producer per write task gave each task a new producer id, and brokers
+    # keep state per producer id and partition for a day or a week. Counted where the broker
+    # keeps it: the producer id of every record batch written. At least 100 micro-batches (of
+    # at most 10 records each) of two write tasks each.
+    from kafka_source.config.client_config import client_config_from_options
+
+    from .test_producer import raw_batches
+
+    source, out = unique_topic_name("sink-pool-src"), unique_topic_name("sink-pool")
+    create_topic(bootstrap_servers, source, 2)
+    create_topic(bootstrap_servers, out, 3)
+    sent = [f"p{i:04d}" for i in range(1000)]
+    _produce(bootstrap_servers, source, sent, one_by_one=True)
+    stream = (spark.readStream.format("pykafka").option("kafka.bootstrap.servers",
+                                                       bootstrap_servers)
+              .option("subscribe", source).option("startingOffsets", "earliest")
+              .option("maxOffsetsPerTrigger", "10").load().select("key", "value"))
+    query = (stream.writeStream.format("pykafka")
+             .option("kafka.bootstrap.servers", bootstrap_servers).option("topic", out)
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(300), "the stream did not finish"
+    assert query.exception() is None, query.exception()
+    commits = [f for f in os.listdir(tmp_path / "checkpoint" / "commits") if f.isdigit()]
+    assert len(commits) >= 100, f"{len(commits)} micro-batches"
+    got = read_back(bootstrap_servers, out)
+    assert sorted(r.value.decode() for r in got) == sent          # none lost, none twice
+    config = client_config_from_options({"kafka.bootstrap.servers": bootstrap_servers})
+    batches = [b for p in range(3) for b in raw_batches(config, out, p)]
+    ids = {b.producer_id for b in batches}
+    assert -1 not in ids                                          # idempotent, as by default
+    # local[2]: at most two Python workers write at a time; Spark may start a fresh one now
+    # and then (a worker that died or was not reused), never one per task (200 or more).
+    assert len(ids) <= 4, f"{len(ids)} producer ids for {2 * len(commits)} write tasks"
+
+
 def test_stream_complete_mode_appends_every_result_row(spark, bootstrap_servers, tmp_path):
     # As Spark's Kafka sink: a topic can't be truncated, so each micro-batch's whole result is
     # appended. (Spark itself refuses "update" mode for Python data sources.)
