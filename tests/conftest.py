@@ -202,6 +202,15 @@ def requires_read_committed_isolation(kafka_broker) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _each_test_sees_its_own_warnings() -> None:
+    """The sink's option and column warnings are logged once per process (a stream makes a
+    writer per micro-batch); each test starts as a new process would."""
+    from kafka_source.config.sink_options import OncePerProcess
+
+    OncePerProcess.forget_all()
+
+
+@pytest.fixture(autouse=True)
 def _skip_on_embedded_marker(request: pytest.FixtureRequest) -> None:
     marker = request.node.get_closest_marker("skip_on_embedded")
     if marker is None:

@@ -44,6 +44,36 @@ if TYPE_CHECKING:  # the producer module loads numpy and pyarrow: import it wher
 
 log = logging.getLogger(__name__)
 
+
+class OncePerProcess(logging.Filter):
+    """Lets each distinct message through once per Python process. A streaming query makes a
+    new writer -- and parses its options and checks its columns again -- for every micro-batch:
+    a warning about an option or a column is worth reading once, not once a trigger."""
+
+    _all: list["OncePerProcess"] = []
+
+    def __init__(self):
+        super().__init__()
+        self._seen: set[tuple[int, str]] = set()
+        OncePerProcess._all.append(self)
+
+    @classmethod
+    def forget_all(cls) -> None:
+        """Let every message through once more (tests: each looks at its own warnings)."""
+        for once in cls._all:
+            once._seen.clear()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.levelno, record.getMessage())
+        if key in self._seen:
+            return False
+        if len(self._seen) < 1000:                  # bounded, whatever a process writes
+            self._seen.add(key)
+        return True
+
+
+log.addFilter(OncePerProcess())
+
 DEFAULT_TRANSACTIONAL_ID_PREFIX = "pykafka-sink"
 # Exactly-once writes keep each task's transaction open from its first record until the driver
 # commits the micro-batch, so the transaction timeout must cover a whole micro-batch. The Java

@@ -22,9 +22,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from ..config.sink_options import OncePerProcess
 from ..errors import ColumnError
 
 log = logging.getLogger(__name__)
+log.addFilter(OncePerProcess())     # a stream checks its columns again every micro-batch
 
 __all__ = ["ColumnError", "Columns", "check_schema", "as_binary", "normalize_headers"]
 

@@ -20,6 +20,7 @@ commit needs travels in the commit messages.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Iterator, Mapping
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter
@@ -32,17 +33,30 @@ from .columns import Columns, check_schema
 log = logging.getLogger(__name__)
 
 
+# Topics found to exist, by cluster and topic, with when (time.monotonic()). A streaming query
+# makes a new writer for every micro-batch (and its commit): without this, each one would ask
+# the cluster again. A topic deleted meanwhile still fails the tasks that write to it.
+_TOPICS_SEEN: dict[tuple[str, str], float] = {}
+_TOPIC_CHECK_VALID_S = 300.0      # as the producer's kafka.metadata.max.age.ms default
+
+
 def _check_topic_exists(options: SinkOptions) -> None:
     """TopicError now, on the driver, if the ``topic`` option names a topic that does not
-    exist (a bad topic then fails the query before any task runs)."""
+    exist (a bad topic then fails the query before any task runs). Asked once per
+    :data:`_TOPIC_CHECK_VALID_S` per cluster and topic in this Python process."""
     if options.topic is None:
         return
     from ..wire.client import BrokerClient, Retries, readable_topic
 
+    seen_key = (str(options.client_config.get("bootstrap_servers")), options.topic)
+    seen = _TOPICS_SEEN.get(seen_key)
+    if seen is not None and time.monotonic() - seen < _TOPIC_CHECK_VALID_S:
+        return
     with BrokerClient(options.client_config) as client:
         infos = client.topic_metadata([options.topic],
                                       Retries(window_ms=client.request_timeout_ms))
         readable_topic(options.topic, infos.get(options.topic), client.bootstrap_servers)
+    _TOPICS_SEEN[seen_key] = time.monotonic()
 
 
 def make_writer(options: Mapping[str, str], schema, overwrite: bool, *, streaming: bool):

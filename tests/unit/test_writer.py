@@ -263,3 +263,45 @@ def test_transactional_ids_and_marker_group_follow_from_prefix_query_and_task():
 
     assert transactional_id("app", "q-1", 3) == "app-q-1-3"
     assert marker_group("app", "q-1") == "app-q-1"
+
+
+# --- a writer per micro-batch (issue 18 item 5) --------------------------------------------------
+
+def test_a_writer_per_micro_batch_checks_the_topic_and_warns_once(monkeypatch, caplog):
+    # A streaming query makes a new writer for every micro-batch and its commit: the topic is
+    # looked up once (not once a trigger), and a warning about an option or a column is
+    # logged once.
+    import kafka_source.wire.client as client_module
+    from kafka_source.write import writer as writer_module
+    from kafka_source.wire.client import PartitionInfo, TopicInfo
+
+    asked = []
+
+    class Client:
+        bootstrap_servers = "h:1"
+        request_timeout_ms = 1000
+
+        def __init__(self, config):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def topic_metadata(self, topics, retries):
+            asked.append(list(topics))
+            return {t: TopicInfo(t, 0, {0: PartitionInfo(1, 0)}) for t in topics}
+
+    monkeypatch.setattr(client_module, "BrokerClient", Client)
+    monkeypatch.setattr(writer_module, "_TOPICS_SEEN", {})
+    options = {"kafka.bootstrap.servers": "h:1", "topic": "out", "kafka.group.id": "g"}
+    s = schema(value=BinaryType(), timestamp=TimestampType())
+    for _ in range(3):
+        writer_module.make_writer(options, s, False, streaming=True)
+    assert asked == [["out"]]
+    assert caplog.text.count("have no effect on a write") == 1
+    assert caplog.text.count("Column 'timestamp' is ignored") == 1
+    writer_module.make_writer({**options, "topic": "other"}, s, False, streaming=True)
+    assert asked == [["out"], ["other"]]
