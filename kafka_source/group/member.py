@@ -47,12 +47,12 @@ from typing import Callable, Iterable, Mapping
 
 import kafka.errors as Errors
 from kafka.protocol.consumer import (HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
-                                     OffsetCommitRequest, OffsetFetchRequest, SyncGroupRequest)
+                                     SyncGroupRequest)
 
 from .assignors import Assignment, PartitionAssignor, Subscription, validate_assignment
+from .commits import COORDINATOR_MOVED, RETRY, GroupCommits
 from ..wire.client import BrokerClient, RetriableBrokerError, TopicPartition, error_for
-from ..errors import (BrokerSecurityError, BrokerUnavailableError, KafkaSourceError,
-                      OptionError)
+from ..errors import BrokerSecurityError, KafkaSourceError, OptionError
 from ..config.options import GroupOptions
 
 log = logging.getLogger(__name__)
@@ -63,25 +63,6 @@ _LEAVE_TIMEOUT_MS = 5_000
 PROTOCOL_TYPE = "consumer"
 _NO_GENERATION = -1
 _MAX_BACKOFF_S = 1.0
-# Errors after which the request is simply sent again (after rediscovery where it applies).
-_COORDINATOR_MOVED = (Errors.NotCoordinatorError, Errors.CoordinatorNotAvailableError)
-_RETRY = _COORDINATOR_MOVED + (Errors.CoordinatorLoadInProgressError,
-                               Errors.RebalanceInProgressError, Errors.UnstableOffsetCommitError)
-
-
-@dataclass
-class _PendingCommit:
-    """A commit :meth:`GroupMember.commit_async` sent (``future`` None: it could not be sent,
-    for the reason in ``error``)."""
-    offsets: dict
-    future: object
-    on_done: Callable[[bool], None]
-    sent_at: float = 0.0               # time.monotonic()
-    error: str = ""
-
-
-class _RetriesExhausted(KafkaSourceError):
-    """A request to the coordinator failed for retriable reasons for its whole time budget."""
 
 
 @dataclass(frozen=True)
@@ -91,8 +72,9 @@ class Generation:
     protocol: str | None = None
 
 
-class GroupMember:
-    """One membership of ``options.group_id``; see the module docstring for the threading."""
+class GroupMember(GroupCommits):
+    """One membership of ``options.group_id``; see the module docstring for the threading.
+    Offsets (OffsetFetch, OffsetCommit) are :class:`~kafka_source.group.commits.GroupCommits`'."""
 
     def __init__(self, client: BrokerClient, client_factory: Callable[[], BrokerClient],
                  options: GroupOptions,
@@ -117,12 +99,9 @@ class GroupMember:
         self._topics: frozenset[str] = frozenset()
         self._leader_counts: dict[str, int] | None = None  # partition counts the leader assigned
         self._heartbeat: _HeartbeatThread | None = None
-        self._pending_commit: _PendingCommit | None = None   # sent by commit_async
+        self._init_commits()
         self.rebalances = 0
         self._generations_lost = 0       # see generations_lost
-        self._failed_commits = 0         # commits failed in a row (retriable errors)
-        self._commits_failing_since = 0.0
-        self._commit_warned_at = 0.0
         self._lost_at_assignment = 0     # _generations_lost when _assignment was received
 
     # --- state --------------------------------------------------------------------------------
@@ -363,9 +342,9 @@ class GroupMember:
             self._reset(keep_member_id=False, reason="the coordinator forgot this member")
         elif err is Errors.IllegalGenerationError:
             self._reset(keep_member_id=True, reason="the generation is stale")
-        elif err in _COORDINATOR_MOVED:
+        elif err in COORDINATOR_MOVED:
             self._node = None
-        elif err in _RETRY:
+        elif err in RETRY:
             pass
         elif err is Errors.InconsistentGroupProtocolError:
             raise KafkaSourceError(
@@ -399,300 +378,6 @@ class GroupMember:
                                        "(option 'kafka.group.id'): grant DESCRIBE and READ on "
                                        "the group.") from None
         return self._node
-
-    # --- offsets ------------------------------------------------------------------------------
-
-    def _with_coordinator(self, what: str, attempt: Callable[[object], object], *,
-                          budget_ms: int | None = None, errors: list | None = None):
-        """Run ``attempt(node)`` until it returns non-None, rediscovering the coordinator, for
-        at most ``budget_ms`` (default ``kafka.default.api.timeout.ms``, as the Java consumer's
-        commitSync and committed): one request that timed out (``kafka.request.timeout.ms``) is
-        retried. ``attempt`` may append why it failed to ``errors``. Raises
-        :class:`_RetriesExhausted` when the budget is spent."""
-        budget_ms = self.options.api_timeout_ms if budget_ms is None else budget_ms
-        deadline = time.monotonic() + budget_ms / 1000
-        failures = 0
-        errors = [] if errors is None else errors
-        while True:
-            try:
-                result = attempt(self._coordinator())
-                if result is not None:
-                    return result
-            except RetriableBrokerError as exc:
-                self._node = None
-                errors.append(str(exc))
-                log.info("Group '%s': %s failed (%s); retrying", self.group_id, what, exc)
-            failures += 1
-            if time.monotonic() >= deadline:
-                last_error = errors[-1] if errors else \
-                    "the coordinator kept answering with retriable errors"
-                raise _RetriesExhausted(f"{what} for consumer group '{self.group_id}' did not "
-                                        f"succeed within {budget_ms} ms (option "
-                                        f"'kafka.default.api.timeout.ms'); last error: "
-                                        f"{last_error}.")
-            self._backoff(failures)
-
-    def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
-        """The group's committed offset of each partition (None where there is none)."""
-        by_topic: dict[str, list[int]] = {}
-        for topic, partition in sorted(set(partitions)):
-            by_topic.setdefault(topic, []).append(partition)
-        if not by_topic:
-            return {}
-        T = OffsetFetchRequest.OffsetFetchRequestTopic
-        G = OffsetFetchRequest.OffsetFetchRequestGroup
-        request = OffsetFetchRequest(
-            group_id=self.group_id,
-            topics=[T(name=t, partition_indexes=ps) for t, ps in by_topic.items()],
-            groups=[G(group_id=self.group_id, topics=[
-                G.OffsetFetchRequestTopics(name=t, partition_indexes=ps)
-                for t, ps in by_topic.items()])],
-            require_stable=False, max_version=8)
-
-        def attempt(node):
-            response = self._client.send(node, request)
-            if response.version >= 8:
-                group = response.groups[0]
-                code, topics = group.error_code, group.topics
-            else:
-                code = response.error_code if response.version >= 2 else 0
-                topics = response.topics
-            if not self._offset_error_ok(error_for(code), "OffsetFetch"):
-                return None
-            result: dict[TopicPartition, int | None] = {
-                (t, p): None for t, ps in by_topic.items() for p in ps}
-            for topic in topics:
-                for p in topic.partitions:
-                    err = error_for(p.error_code)
-                    if err is Errors.UnknownTopicOrPartitionError:
-                        continue
-                    if not self._offset_error_ok(err, "OffsetFetch"):
-                        return None
-                    if p.committed_offset >= 0:
-                        result[(topic.name, p.partition_index)] = p.committed_offset
-            return result
-
-        return self._with_coordinator("OffsetFetch", attempt)
-
-    def commit(self, offsets: Mapping[TopicPartition, int]) -> bool:
-        """Commit ``offsets`` in this member's generation and wait; False if the member was
-        fenced (it then rejoins at the next :meth:`ensure_active`).
-
-        Only partitions this member owns may be committed (the caller filters). In manual
-        assignment mode the commit is made outside any generation, as Kafka allows.
-        """
-        self.settle_commits()                 # commits apply in the order they were made
-        return self._commit_sync(offsets)
-
-    def _commit_sync(self, offsets: Mapping[TopicPartition, int], *,
-                     budget_ms: int | None = None) -> bool:
-        request = self._commit_request(offsets)
-        if request is None:
-            return not offsets
-        fenced: list = []
-        errors: list = []
-        ok = self._with_coordinator(
-            "OffsetCommit", lambda node: self._commit_outcome(self._client.send(node, request),
-                                                              fenced, errors),
-            budget_ms=budget_ms, errors=errors)
-        return self._commit_done(offsets, ok, fenced)
-
-    def commit_async(self, offsets: Mapping[TopicPartition, int],
-                     on_done: Callable[[bool], None] | None = None) -> None:
-        """Send an OffsetCommit of ``offsets`` without waiting for the answer.
-
-        The stream reader commits a completed micro-batch at the start of the next trigger; the
-        coordinator takes a few milliseconds to answer (Kafka 4's coordinator batches its
-        writes for ``group.coordinator.append.linger.ms``, 5 ms), which a synchronous commit
-        would add to every trigger. The answer is applied by :meth:`settle_commits`, which every
-        step that depends on it calls first -- the next commit, a rejoin (partitions are given
-        up only once their commit was made or given up), :meth:`leave`; the stream reader also
-        calls it at the start of each trigger -- and ``on_done(accepted)`` then runs.
-
-        Commits are best effort while the member is stable: a commit that failed for a
-        retriable reason (coordinator moving or unavailable -- e.g. the offsets topic lacks
-        in-sync replicas --, network error, no answer) is logged and reported with
-        ``on_done(False)``, and the caller commits the newest completed offsets again at its
-        next trigger; reading goes on meanwhile (Spark's own Kafka source never depends on the
-        coordinator). Before a rejoin and on :meth:`leave` it is made again synchronously,
-        with bounded retries, and a failure is logged too: partitions whose commit failed are
-        read again from their last committed offset (at least once), never skipped. A commit
-        refused because the member was fenced is not made again (the caller commits once it
-        owns the partitions in the new generation). Errors no retry can fix (authorization)
-        raise.
-        """
-        self.settle_commits()
-        request = self._commit_request(offsets)
-        if request is None:
-            if on_done is not None:
-                on_done(not offsets)
-            return
-        error = ""
-        try:
-            future = self._client.send_now(self._coordinator(), request)
-        except (RetriableBrokerError, BrokerUnavailableError, Errors.KafkaError) as exc:
-            log.debug("Group '%s': OffsetCommit not sent (%s)", self.group_id, exc)
-            self._node = None
-            future, error = None, f"not sent: {exc}"
-        self._pending_commit = _PendingCommit(dict(offsets), future,
-                                              on_done or (lambda accepted: None),
-                                              sent_at=time.monotonic(), error=error)
-
-    def settle_commits(self, *, retry_ms: int | None = None) -> None:
-        """Wait for the answer to a commit :meth:`commit_async` sent and apply it; the answer
-        is awaited until ``kafka.request.timeout.ms`` after the commit was sent, no longer.
-
-        ``retry_ms``: a commit that failed for a retriable reason is made again synchronously,
-        for at most that long (before a rejoin, on leaving); its failure is logged, not raised.
-        Without it the failure is only logged (the caller commits again later)."""
-        pending, self._pending_commit = self._pending_commit, None
-        if pending is None:
-            return
-        accepted = False
-        try:
-            accepted = self._settle(pending, retry_ms)
-        finally:                              # also when it raises: the commit did not happen
-            pending.on_done(accepted)
-
-    def _settle(self, pending: "_PendingCommit", retry_ms: int | None) -> bool:
-        future, error = pending.future, pending.error
-        if future is not None:
-            # Polled a little in any case: after a micro-batch longer than the request timeout
-            # the answer may wait in the socket, read by nobody since.
-            deadline = max(pending.sent_at + self.request_timeout_ms / 1000 + 1,
-                           time.monotonic() + 0.2)
-            try:
-                while not future.is_done and time.monotonic() < deadline:
-                    self._client.poll(100)
-            except Exception as exc:
-                log.debug("Group '%s': waiting for OffsetCommit failed (%s)", self.group_id, exc)
-            if future.succeeded():
-                fenced: list = []
-                errors: list = []
-                ok = self._commit_outcome(future.value, fenced, errors)
-                if ok is not None:
-                    return self._commit_done(pending.offsets, ok, fenced)
-                error = errors[-1]
-            else:
-                self._node = None             # a network failure: rediscover the coordinator
-                error = (str(future.exception) if future.failed() else
-                         f"no answer within {self.request_timeout_ms} ms "
-                         "('kafka.request.timeout.ms')")
-        if retry_ms is None:
-            self._commit_failed(pending.offsets, error)
-            return False
-        # Before a rejoin or leaving: once more, synchronously, within retry_ms.
-        try:
-            return self._commit_sync(pending.offsets, budget_ms=retry_ms)
-        except _RetriesExhausted as exc:
-            self._commit_failed(pending.offsets, str(exc), final=True)
-            return False
-
-    def _commit_failed(self, offsets: Mapping[TopicPartition, int], error: str, *,
-                       final: bool = False) -> None:
-        """Log a commit that failed for a retriable reason: a warning for the first failure in
-        a row, and again each ``kafka.default.api.timeout.ms`` while they go on."""
-        now = time.monotonic()
-        if self._failed_commits == 0:
-            self._commits_failing_since = now
-        self._failed_commits += 1
-        what = ("the partitions are read again from their last committed offset if they move "
-                "to another member" if final else
-                "the query goes on and commits the newest completed offsets at its next trigger")
-        if self._failed_commits == 1 or final or \
-                now - self._commit_warned_at >= self.options.api_timeout_ms / 1000:
-            self._commit_warned_at = now
-            log.warning("Group '%s': commit of %s failed (%s); %s (%d failed commit(s) in a "
-                        "row, for %.1f s)", self.group_id, _describe_offsets(offsets), error,
-                        what, self._failed_commits, now - self._commits_failing_since)
-        else:
-            log.info("Group '%s': commit of %s failed again (%s)", self.group_id,
-                     _describe_offsets(offsets), error)
-
-    def _commit_request(self, offsets: Mapping[TopicPartition, int]):
-        """The OffsetCommit request for ``offsets`` in this member's generation (None: nothing
-        to send, or no generation to send it in)."""
-        if not offsets:
-            return None
-        generation = Generation() if self.manual else self.generation
-        if not self.manual and generation.generation_id < 0:
-            return None
-        by_topic: dict[str, list] = {}
-        P = OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition
-        for (topic, partition), offset in sorted(offsets.items()):
-            by_topic.setdefault(topic, []).append(P(
-                partition_index=partition, committed_offset=offset, committed_leader_epoch=-1,
-                commit_timestamp=-1, committed_metadata=""))
-        return OffsetCommitRequest(
-            group_id=self.group_id, generation_id_or_member_epoch=generation.generation_id,
-            member_id=generation.member_id, group_instance_id=None, retention_time_ms=-1,
-            topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=ps)
-                    for t, ps in by_topic.items()],
-            max_version=8)
-
-    def _commit_outcome(self, response, fenced: list, errors: list) -> bool | None:
-        """True: accepted; False: refused because the member was fenced (the error is appended
-        to ``fenced``); None: retry (why is appended to ``errors``). Raises for errors no retry
-        can fix."""
-        for topic in response.topics:
-            for p in topic.partitions:
-                err = error_for(p.error_code)
-                if err is Errors.UnknownTopicOrPartitionError:
-                    # Deleted meanwhile: nothing to commit; the reader reports the loss.
-                    log.warning("Group '%s': not committing %s-%d, which no longer exists",
-                                self.group_id, topic.name, p.partition_index)
-                    continue
-                if err in (Errors.IllegalGenerationError, Errors.UnknownMemberIdError,
-                           Errors.RebalanceInProgressError):
-                    fenced.append(err)
-                    return False
-                if not self._offset_error_ok(err, "OffsetCommit"):
-                    errors.append(f"{err.__name__} for {topic.name}-{p.partition_index}")
-                    return None
-        return True
-
-    def _commit_done(self, offsets: Mapping[TopicPartition, int], ok: bool,
-                     fenced: list) -> bool:
-        """Log the outcome of a commit; a fenced member forgets what the error says is stale."""
-        if not ok and self.manual:
-            log.warning("Group '%s': commit of %s refused (%s): the group has active members, "
-                        "and Kafka accepts commits from a query using 'assign' only while it has "
-                        "none. Use another 'kafka.group.id', or 'subscribe' to join the group.",
-                        self.group_id, _describe_offsets(offsets), fenced[0].__name__)
-            return False
-        if not ok:
-            err = fenced[0]
-            log.warning("Group '%s': commit of %s refused (%s); rejoining", self.group_id,
-                        _describe_offsets(offsets), err.__name__)
-            if err is Errors.UnknownMemberIdError:
-                self._reset(keep_member_id=False, reason="the coordinator forgot this member")
-            elif err is Errors.IllegalGenerationError:
-                self._reset(keep_member_id=True, reason="the generation is stale")
-            else:
-                self.request_rejoin("the group is rebalancing")
-            return False
-        if self._failed_commits:
-            log.info("Group '%s': committing works again (%s) after %d failed commit(s) in "
-                     "%.1f s", self.group_id, _describe_offsets(offsets), self._failed_commits,
-                     time.monotonic() - self._commits_failing_since)
-            self._failed_commits = 0
-        log.debug("Group '%s': committed %s", self.group_id, _describe_offsets(offsets))
-        return True
-
-    def _offset_error_ok(self, err, what: str) -> bool:
-        """True for no error; False to retry; raises for errors a retry can't fix."""
-        if err is Errors.NoError:
-            return True
-        if err in _COORDINATOR_MOVED:
-            self._node = None
-            return False
-        if err in _RETRY or getattr(err, "retriable", False):
-            return False
-        if err is Errors.GroupAuthorizationFailedError:
-            raise KafkaSourceError(f"Not authorized to use consumer group '{self.group_id}' "
-                                   "(option 'kafka.group.id'): grant READ on the group.")
-        raise KafkaSourceError(f"{what} for consumer group '{self.group_id}' failed: "
-                               f"{err.__name__} ({getattr(err, 'description', '')}).")
 
     # --- leaving ------------------------------------------------------------------------------
 
@@ -804,7 +489,7 @@ class _HeartbeatThread(threading.Thread):
                     log.warning("Group '%s': heartbeat error: %s", m.group_id, exc)
                     self._node = None
                     continue
-                if err in _COORDINATOR_MOVED:
+                if err in COORDINATOR_MOVED:
                     self._node = None
                     continue
                 m.on_heartbeat(generation, err)
@@ -830,7 +515,3 @@ def _describe(partitions) -> str:
     for topic, partition in partitions:
         grouped.setdefault(topic, []).append(partition)
     return ", ".join(f"{t}{sorted(ps)}" for t, ps in sorted(grouped.items())) or "nothing"
-
-
-def _describe_offsets(offsets: Mapping[TopicPartition, int]) -> str:
-    return ", ".join(f"{t}-{p}@{o}" for (t, p), o in sorted(offsets.items()))
