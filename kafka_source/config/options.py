@@ -354,7 +354,7 @@ class GroupOptions:
 
     group_id: str
     group_id_given: bool          # True when 'kafka.group.id' was set (else a generated id)
-    assignor: str                 # 'range' | 'roundrobin' | 'package.module:ClassName'
+    assignor: str     # 'range' | 'roundrobin' | 'sticky' | 'cooperative-sticky' | 'pkg.mod:Class'
     commit_offsets: bool
     session_timeout_ms: int
     heartbeat_interval_ms: int
@@ -396,8 +396,9 @@ def _parse_group(opts: Mapping[str, str], sub: Subscription) -> GroupOptions:
         raise OptionError("Option 'groupIdPrefix' is empty.")
     assignor = str(opts.get("assignor", "range")).strip()
     if not assignor:
-        raise OptionError("Option 'assignor' is empty; valid values are 'range', 'roundrobin' or "
-                          "'package.module:ClassName' of your own assignor class.")
+        raise OptionError("Option 'assignor' is empty; valid values are 'range', 'roundrobin', "
+                          "'sticky', 'cooperative-sticky' or 'package.module:ClassName' of your "
+                          "own assignor class.")
     session = parse_int(opts, "kafka.session.timeout.ms", DEFAULT_SESSION_TIMEOUT_MS, minimum=1,
                         what="milliseconds (> 0)")
     heartbeat = parse_int(opts, "kafka.heartbeat.interval.ms",

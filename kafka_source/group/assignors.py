@@ -7,8 +7,9 @@ coordinator elects leader decodes all of them, runs the chosen assignor and send
 consumers, so the protocol names (``"range"``, ``"roundrobin"``) and the byte layouts here are
 exactly Kafka's ``ConsumerProtocol``.
 
-Built-in assignors: :class:`RangeAssignor` (``"range"``) and :class:`RoundRobinAssignor`
-(``"roundrobin"``). A user assignor is a subclass of :class:`PartitionAssignor`, selected with
+Built-in assignors: :class:`RangeAssignor` (``"range"``), :class:`RoundRobinAssignor`
+(``"roundrobin"``), and Kafka's sticky ones, ``"sticky"`` and ``"cooperative-sticky"``
+(:mod:`kafka_source.group.sticky`). A user assignor is a subclass of :class:`PartitionAssignor`, selected with
 ``.option("assignor", "package.module:ClassName")`` (see :func:`load_assignor`)::
 
     # mypkg/assign.py
@@ -380,7 +381,8 @@ BUILTIN_ASSIGNORS: dict[str, type[PartitionAssignor]] = {
 # Loading a user assignor from the "assignor" option
 # --------------------------------------------------------------------------------------------
 
-_VALID_CHOICES = '"range", "roundrobin", or "package.module:ClassName"'
+_VALID_CHOICES = ('"range", "roundrobin", "sticky", "cooperative-sticky", or '
+                  '"package.module:ClassName"')
 
 
 def _option_error(spec: object, problem: str) -> OptionError:
@@ -445,12 +447,16 @@ def _instantiate(spec: str, cls) -> PartitionAssignor:
 
 
 def load_assignor(spec: str) -> PartitionAssignor:
-    """The assignor named by the ``assignor`` option: ``"range"`` or ``"roundrobin"`` (any case),
-    or ``"package.module:ClassName"`` of a class instantiated with no arguments."""
+    """The assignor named by the ``assignor`` option: ``"range"``, ``"roundrobin"``,
+    ``"sticky"`` or ``"cooperative-sticky"`` (any case), or ``"package.module:ClassName"`` of a
+    class instantiated with no arguments."""
     if not isinstance(spec, str) or not spec.strip():
         raise _option_error(spec, "the value is empty")
     text = spec.strip()
-    builtin = BUILTIN_ASSIGNORS.get(text.lower())
+    from .sticky import CooperativeStickyAssignor, StickyAssignor  # noqa: PLC0415 - a cycle
+
+    builtin = {**BUILTIN_ASSIGNORS, StickyAssignor.name: StickyAssignor,
+               CooperativeStickyAssignor.name: CooperativeStickyAssignor}.get(text.lower())
     if builtin is not None:
         return builtin()
     module_name, sep, qualname = text.partition(":")

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kafka_source.group.sticky import CooperativeStickyAssignor, StickyAssignor
 from kafka_source.group.assignors import (
     Assignment,
     PartitionAssignor,
@@ -455,6 +456,7 @@ def not_a_class():
     ("range", RangeAssignor), ("RANGE", RangeAssignor), (" Range ", RangeAssignor),
     ("roundrobin", RoundRobinAssignor), ("RoundRobin", RoundRobinAssignor),
     ("kafka_source.group.assignors:RangeAssignor", RangeAssignor),
+    ("sticky", StickyAssignor), ("Cooperative-Sticky", CooperativeStickyAssignor),
 ])
 def test_load_builtin(spec, cls):
     assignor = load_assignor(spec)
@@ -489,8 +491,6 @@ def test_load_duck_typed_class_is_wrapped():
 @pytest.mark.parametrize("spec, fragment", [
     ("", "empty"),
     ("   ", "empty"),
-    ("sticky", "unknown assignor"),
-    ("cooperative-sticky", "unknown assignor"),
     ("some.module.Class", "unknown assignor"),
     (":Class", "unknown assignor"),
     ("module:", "unknown assignor"),
@@ -509,7 +509,8 @@ def test_load_errors(spec, fragment):
     message = str(info.value)
     assert fragment in message
     assert "assignor" in message and repr(spec) in message
-    assert '"range", "roundrobin", or "package.module:ClassName"' in message
+    assert ('"range", "roundrobin", "sticky", "cooperative-sticky", or '
+            '"package.module:ClassName"') in message
     assert isinstance(info.value, ValueError) and isinstance(info.value, KafkaSourceError)
 
 
