@@ -21,7 +21,9 @@ range still needs (learned per partition from earlier responses), not a full
 Along the way, per partition, it:
 
 * follows leader changes and retriable errors (a broker out of reach included) with bounded
-  exponential backoff, for at most ``kafkaConsumer.pollTimeoutMs`` without progress (a
+  exponential backoff; each request carries the partition's leader epoch from the newest
+  metadata (KIP-320), so a broker that is no longer (or not yet) the leader of that epoch
+  answers FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH rather than records of its own log, for at most ``kafkaConsumer.pollTimeoutMs`` without progress (a
   partition that backs off does not hold up the others);
 * treats offsets that vanished (OFFSET_OUT_OF_RANGE below the log start) as data loss: fail, or
   with ``failOnDataLoss=false`` warn and continue from the log start;
@@ -256,7 +258,8 @@ class RangeFetcher:
             position = st.position if positions is None else positions.get(st.tp, st.position)
             if position >= st.r.end:
                 continue
-            wanted[st.tp] = FetchPartitionRequest(position, self._request_bytes(st, position))
+            wanted[st.tp] = FetchPartitionRequest(position, self._request_bytes(st, position),
+                                                  self.client.view.epoch(st.tp))
         if wanted:
             conn.send(wanted, max_wait_ms=s.max_wait_ms, min_bytes=s.min_bytes,
                       max_bytes=max(s.max_bytes, max(p.max_bytes for p in wanted.values())),

@@ -583,7 +583,10 @@ class BrokerClient:
             topics: dict[str, list] = {}
             for topic, partition in tps:
                 topics.setdefault(topic, []).append(LP(
-                    partition_index=partition, current_leader_epoch=-1,
+                    # KIP-320: a broker with another epoch answers FENCED_LEADER_EPOCH or
+                    # UNKNOWN_LEADER_EPOCH (retriable) instead of its own log's offsets.
+                    partition_index=partition,
+                    current_leader_epoch=self.view.epoch((topic, partition)),
                     timestamp=targets[(topic, partition)], max_num_offsets=1))
             request = ListOffsetsRequest(
                 replica_id=-1, isolation_level=1 if read_committed else 0,

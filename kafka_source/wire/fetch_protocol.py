@@ -52,10 +52,15 @@ class FetchProtocolError(KafkaSourceError):
 
 @dataclass(frozen=True)
 class FetchPartitionRequest:
-    """One partition of a Fetch request."""
+    """One partition of a Fetch request. ``leader_epoch``: the partition's leader epoch as the
+    latest metadata gives it (KIP-320, Fetch v9+), or -1. A broker whose epoch differs answers
+    FENCED_LEADER_EPOCH (ours is older: look the leader up again) or UNKNOWN_LEADER_EPOCH (the
+    broker has not caught up yet) instead of serving records from a log that is not, or not
+    yet, the leader's."""
 
     offset: int
     max_bytes: int
+    leader_epoch: int = -1
 
 
 @dataclass
@@ -96,7 +101,7 @@ def encode_fetch_request(*, version: int, correlation_id: int, client_id: str,
     topics: dict[str, list] = {}
     for (topic, partition), p in partitions.items():
         topics.setdefault(topic, []).append(FP(
-            partition=partition, current_leader_epoch=-1, fetch_offset=p.offset,
+            partition=partition, current_leader_epoch=p.leader_epoch, fetch_offset=p.offset,
             last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=p.max_bytes))
     gone: dict[str, list[int]] = {}
     for topic, partition in forgotten:

@@ -91,6 +91,10 @@ class MetadataView:
 
     # --- leader epochs ------------------------------------------------------------------------
 
+    def epoch(self, tp: TopicPartition) -> int:
+        """The newest leader epoch seen for ``tp``; -1 if none (a broker before Kafka 2.1)."""
+        return self._epochs.get(tp, -1)
+
     def check_epochs(self, node, epochs: Mapping[TopicPartition, int]) -> None:
         """Raise :class:`UnconfirmedAnswer` when ``node`` answered an older leader epoch than
         one already seen (for no longer than :attr:`confirm_ms`); else remember the epochs."""

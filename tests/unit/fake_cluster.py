@@ -28,6 +28,8 @@ from kafka_source.wire.metadata_view import MetadataView
 OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
 NOT_LEADER_OR_FOLLOWER = 6
+FENCED_LEADER_EPOCH = 74
+UNKNOWN_LEADER_EPOCH = 75
 
 
 @dataclass
@@ -48,6 +50,12 @@ class FakeCluster:
         self.sessions = sessions
         self.strict_batch_limit = strict_batch_limit
         self.leaders_by_partition: dict = {}    # per-partition leader overrides
+        # Leader epochs (KIP-320): what metadata says per partition (none: -1, a broker before
+        # Kafka 2.1), and a broker's own epoch where it differs (a broker behind, or one that
+        # still thinks it leads an older epoch). A Fetch with another epoch than the serving
+        # broker's is answered FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH, as Kafka does.
+        self.epochs: dict = {}
+        self.broker_epochs: dict = {}            # (node, tp) -> epoch
         self.fetches: list[tuple[int, dict]] = []   # (node, {tp: offset}) the broker served
         self.requests: list = []                     # (node, SessionRequest) as sent
         self.opened: list = []                       # node of every connection opened
@@ -85,7 +93,8 @@ class FakeCluster:
             if queued:
                 result[topic] = TopicInfo(topic, queued.pop(0), {})
                 continue
-            parts = {p: PartitionInfo(self.leader, 0) for t, p in self.logs if t == topic}
+            parts = {p: PartitionInfo(self.leader, 0, self.epochs.get((t, p), -1))
+                     for t, p in self.logs if t == topic}
             if topic == "__consumer_offsets":
                 parts = {0: PartitionInfo(self.leader, 0)}
             # What a broker answers for a topic that does not exist (no auto-creation).
@@ -103,7 +112,9 @@ class FakeCluster:
             if (topic, partition) not in self.logs:   # as BrokerClient.leaders answers it
                 raise TopicNotFoundError(f"Topic '{topic}' does not exist on the Kafka cluster "
                                          f"at '{self.bootstrap_servers}'.")
-        return {tp: self.leaders_by_partition.get(tp, self.leader) for tp in tps}
+        result = {tp: self.leaders_by_partition.get(tp, self.leader) for tp in tps}
+        self.view.check_epochs(self.leader, {tp: self.epochs.get(tp, -1) for tp in tps})
+        return result
 
     def fetch_connections(self):
         if self._connections is None:
@@ -124,7 +135,7 @@ class FakeCluster:
                 out[tp] = (hits[0] if hits else -1, target)
         return out
 
-    def fetch(self, node_id, positions, **kw):
+    def fetch(self, node_id, positions, *, epochs=None, **kw):
         """One Fetch served by broker ``node_id``: ``partition_max_bytes`` is an int or a dict
         per partition. Scripted steps (an error code for every partition, or an exception to
         raise) come first."""
@@ -137,6 +148,10 @@ class FakeCluster:
             return self._response(positions, errors={tp: step for tp in positions})
         errors = {tp: NOT_LEADER_OR_FOLLOWER for tp in positions
                   if self.leaders_by_partition.get(tp, self.leader) != node_id}
+        for tp, asked in (epochs or {}).items():
+            own = self.broker_epochs.get((node_id, tp), self.epochs.get(tp, -1))
+            if tp not in errors and asked >= 0 and own >= 0 and asked != own:
+                errors[tp] = FENCED_LEADER_EPOCH if asked < own else UNKNOWN_LEADER_EPOCH
         return self._response(positions, errors=errors, max_bytes=limits)
 
     def _response(self, positions, *, errors, max_bytes=1 << 20):
@@ -257,6 +272,7 @@ class FakeFetchConnection:
         try:
             response = self.cluster.fetch(
                 self.node_id, {tp: p.offset for tp, p in fetching.items()},
+                epochs={tp: p.leader_epoch for tp, p in fetching.items()},
                 partition_max_bytes={tp: p.max_bytes for tp, p in fetching.items()})
         except Exception:
             self.close()

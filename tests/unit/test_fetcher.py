@@ -392,3 +392,49 @@ def test_an_oversized_batch_behind_another_partition_is_still_read():
     ranges = [OffsetRange("t", 1, 0, 50), OffsetRange("t", 0, 0, 20)]
     got = read_all(cluster, ranges, partition_max_bytes=500)
     assert len(got) == 70
+
+
+# --- leader epochs (KIP-320) ------------------------------------------------------------------
+
+def test_each_fetch_carries_the_leader_epoch_of_the_newest_metadata():
+    cluster = FakeCluster({TP: FakeLog(batches=[v2_batch(values(4), 0)])}, sessions=True)
+    cluster.epochs[TP] = 7
+    assert read_offsets(cluster, OffsetRange("t", 0, 0, 4)) == [0, 1, 2, 3]
+    sent = [p.leader_epoch for _, request in cluster.requests
+            for tp, p in request.partitions.items() if tp == TP]
+    assert sent and set(sent) == {7}
+
+
+def test_a_fenced_leader_epoch_makes_the_leader_looked_up_again():
+    # The leader was re-elected (epoch 3 -> 4) after this task looked it up: the broker refuses
+    # epoch 3, the task asks for the leader again and reads on with epoch 4.
+    log = FakeLog(batches=[v2_batch(values(2), 0), v2_batch(values(2, 2), 2)])
+    cluster = FakeCluster({TP: log})
+    cluster.epochs[TP] = 3
+    fetcher = RangeFetcher(cluster, settings())
+    cluster.view.check_epochs(1, {TP: 3})
+    cluster.epochs[TP] = 4                        # the broker leads epoch 4 now
+    got = [rec.offset for chunk in fetcher.read(OffsetRange("t", 0, 0, 4)) for rec in chunk]
+    assert got == [0, 1, 2, 3]
+    assert cluster.view.epoch(TP) == 4
+
+
+def test_a_broker_behind_the_leader_epoch_is_retried_until_it_caught_up():
+    # Metadata already names broker 1 leader of epoch 5, but broker 1 has not applied it yet:
+    # UNKNOWN_LEADER_EPOCH, retried (not read from its log of epoch 4, not an error).
+    cluster = FakeCluster({TP: FakeLog(batches=[v2_batch(values(4), 0)])})
+    cluster.epochs[TP] = 5
+    cluster.broker_epochs[(1, TP)] = 4
+    answers = []
+    serve = cluster.fetch
+
+    def fetch(node_id, positions, **kw):
+        response = serve(node_id, positions, **kw)
+        answers.append([p.error_code for t in response.responses for p in t.partitions])
+        if len(answers) == 2:
+            del cluster.broker_epochs[(1, TP)]    # caught up
+        return response
+
+    cluster.fetch = fetch
+    assert read_offsets(cluster, OffsetRange("t", 0, 0, 4)) == [0, 1, 2, 3]
+    assert answers[:2] == [[75], [75]] and answers[2] == [0]
