@@ -711,6 +711,26 @@ def _file_tail(paths: list[str], lines: int) -> str:
     return "(no log)"
 
 
+def _single_node_defaults(data_dir: str) -> dict[str, str]:
+    """Broker settings of a one-node test broker of either generation: internal topics with one
+    replica and few partitions (quick to create), no initial rebalance delay and short session
+    timeouts allowed (group tests), topics created on first use as a default broker does."""
+    return {
+        "log.dirs": os.path.join(data_dir, "data"),
+        "num.partitions": "1",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "4",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "4",
+        "group.initial.rebalance.delay.ms": "0",
+        "group.min.session.timeout.ms": "1000",
+        "auto.create.topics.enable": "true",
+        "num.network.threads": "3",
+        "num.io.threads": "4",
+    }
+
+
 class LocalKafkaBroker(_LocalDistributionBroker):
     """Apache Kafka from a local distribution (``KAFKA_HOME``): one KRaft node, broker and
     controller in one JVM, on free loopback ports, with its data and logs in a temporary
@@ -784,20 +804,9 @@ class LocalKafkaBroker(_LocalDistributionBroker):
                 f"{listeners['listener.security.protocol.map']},CONTROLLER:PLAINTEXT",
             "inter.broker.listener.name": "PLAINTEXT",
             "controller.listener.names": "CONTROLLER",
-            "log.dirs": os.path.join(self.dir, "data"),
-            "num.partitions": "1",
-            "offsets.topic.replication.factor": "1",
-            "offsets.topic.num.partitions": "4",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "transaction.state.log.num.partitions": "4",
+            **_single_node_defaults(self.dir),
             "share.coordinator.state.topic.replication.factor": "1",
             "share.coordinator.state.topic.min.isr": "1",
-            "group.initial.rebalance.delay.ms": "0",
-            "group.min.session.timeout.ms": "1000",
-            "auto.create.topics.enable": "true",
-            "num.network.threads": "3",
-            "num.io.threads": "4",
             **self.properties,
         }
         self._write_properties(self._conf, props)
@@ -889,19 +898,8 @@ class LocalZkKafkaBroker(_LocalDistributionBroker):
             **self._listener_properties(),
             "zookeeper.connect": self.zookeeper_connect,
             "zookeeper.connection.timeout.ms": "30000",
-            "log.dirs": os.path.join(self.dir, "data"),
-            "num.partitions": "1",
-            "offsets.topic.replication.factor": "1",
-            "offsets.topic.num.partitions": "4",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "transaction.state.log.num.partitions": "4",
-            "group.initial.rebalance.delay.ms": "0",
-            "group.min.session.timeout.ms": "1000",
-            "auto.create.topics.enable": "true",
+            **_single_node_defaults(self.dir),
             "delete.topic.enable": "true",
-            "num.network.threads": "3",
-            "num.io.threads": "4",
             **self.properties,
         }
         self._write_properties(self._conf, props)
