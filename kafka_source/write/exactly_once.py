@@ -47,8 +47,11 @@ Limits
     ceiling) must cover a whole micro-batch. A transaction the broker aborts in between makes
     the batch be written again after the restart: records of the batch's transactions
     committed before the failure are then in Kafka twice (never lost).
-  * Keep ``kafka.transactional.id`` (the prefix) unchanged across restarts of a query, and turn
-    speculative execution off (two attempts of a task fence each other and the batch fails).
+  * Keep ``kafka.transactional.id`` (the prefix) unchanged across restarts of a query.
+  * No speculative execution: two attempts of a task would fence each other and the batch
+    would fail, so a write task of a session with ``spark.speculation=true`` fails at once,
+    before it touches Kafka, saying so (the setting reaches the tasks as a local property;
+    the driver's Python worker that makes the writer has no SparkSession to read it from).
   * A batch write (``df.write``) cannot be exactly-once: it has no checkpoint to resume from.
 """
 

@@ -83,6 +83,27 @@ def _task_context():
     return ctx
 
 
+def _reject_speculation(ctx) -> None:
+    """OptionError if Spark runs this query with speculative execution, which exactly-once
+    writes cannot have: a speculative copy of a task has the same transactional id as the
+    original, so each attempt's InitProducerId fences the other and the micro-batch fails.
+
+    Checked in the write task, before it touches Kafka, because that is where the setting can
+    be read: the driver makes the writer in a Python worker without a SparkSession (and Spark
+    passes it only the sink's options), while every task of a query gets the session's SQL
+    configuration -- which holds each ``spark.*`` entry of the SparkConf, ``spark.speculation``
+    included -- as local properties."""
+    value = ctx.getLocalProperty("spark.speculation")
+    if value is not None and value.strip().lower() == "true":
+        raise OptionError(
+            "Option 'exactlyOnce' can't be used with speculative execution "
+            "(spark.speculation=true): a speculative copy of a write task has the same "
+            "transactional id as the task, so the two attempts fence each other and the "
+            "micro-batch fails. Start the SparkSession with spark.speculation="
+            "false (it can't be changed at runtime) for this query, or write without "
+            "'exactlyOnce' (at-least-once).")
+
+
 def _log_totals(messages, what: str) -> None:
     done = [m for m in messages if m is not None]
     total = sum(getattr(m, "total", 0) for m in done)
@@ -127,6 +148,7 @@ class KafkaStreamWriter(AcksJvmOnUnpickle, DataSourceStreamArrowWriter):
             return write_task(self.options, self.columns, iterator, ctx.partitionId())
         from .exactly_once import write_exactly_once
 
+        _reject_speculation(ctx)
         query_id = ctx.getLocalProperty("sql.streaming.queryId")
         batch_id = ctx.getLocalProperty("streaming.sql.batchId")
         if not query_id or batch_id is None:

@@ -429,3 +429,20 @@ def test_exactly_once_batch_whose_transaction_the_broker_aborted_is_rewritten(
     with MarkerStore(options.client_config, marker_group("pykafka-test", query)) as store:
         assert store.committed_batches() == 4   # set back: a restart writes batch 4 again
     assert [r.value for r in read_back(bootstrap_servers, topic, committed_only=True)] == [b"x0"]
+
+
+@pytest.mark.skip_on_embedded("transactions need real Kafka")
+def test_exactly_once_stream_with_speculative_execution_fails_before_writing(
+        bootstrap_servers, tmp_path):
+    # Issue 18 item 3: speculation made two attempts of a task fence each other. The setting
+    # is the SparkContext's, so the session runs in a fresh process.
+    from .fresh_process import run_script
+
+    topic = unique_topic_name("sink-eos-speculation")
+    create_topic(bootstrap_servers, topic, 1)
+    out = run_script("speculation_exactly_once.py", bootstrap_servers, topic, cwd=tmp_path,
+                     timeout_s=240)
+    error = (tmp_path / "error.txt").read_text()
+    assert out["failed"] == "True"
+    assert "spark.speculation=true" in error and "'exactlyOnce'" in error, error[-3000:]
+    assert read_back(bootstrap_servers, topic) == []          # not even an aborted record

@@ -305,3 +305,49 @@ def test_a_writer_per_micro_batch_checks_the_topic_and_warns_once(monkeypatch, c
     assert caplog.text.count("Column 'timestamp' is ignored") == 1
     writer_module.make_writer({**options, "topic": "other"}, s, False, streaming=True)
     assert asked == [["out"], ["other"]]
+
+
+# --- exactly-once and speculative execution (issue 18 item 3) -----------------------------------
+
+class FakeTaskContext:
+    def __init__(self, **local):
+        self.local = {"sql.streaming.queryId": "q-1", "streaming.sql.batchId": "0", **local}
+
+    def getLocalProperty(self, key):
+        return self.local.get(key)
+
+    def partitionId(self):
+        return 0
+
+
+@pytest.mark.parametrize("speculation,rejected", [
+    ("true", True), (" TRUE ", True), ("false", False), (None, False)])
+def test_exactly_once_task_rejects_speculative_execution(monkeypatch, speculation, rejected):
+    # The driver's Python worker has no SparkSession; the task sees the session's SQL conf
+    # (with every spark.* setting of the SparkConf) as local properties.
+    from kafka_source.config.sink_options import parse_sink_options
+    from kafka_source.errors import OptionError
+    from kafka_source.write import exactly_once
+    from kafka_source.write import writer as writer_module
+
+    local = {} if speculation is None else {"spark.speculation": speculation}
+    monkeypatch.setattr(writer_module, "_task_context", lambda: FakeTaskContext(**local))
+    written = []
+    monkeypatch.setattr(exactly_once, "write_exactly_once",
+                        lambda *a, **kw: written.append(kw) or "message")
+    options = parse_sink_options({"kafka.bootstrap.servers": "h:1", "topic": "out",
+                                  "exactlyOnce": "true"})
+    w = writer_module.KafkaStreamWriter(options, Columns())
+    if not rejected:
+        assert w.write(iter([])) == "message"
+        assert written == [{"query_id": "q-1", "batch_id": 0, "task": 0}]
+        return
+    with pytest.raises(OptionError) as info:
+        w.write(iter([]))
+    assert "spark.speculation" in str(info.value) and "'exactlyOnce'" in str(info.value)
+    assert written == []            # nothing touched Kafka
+    # At-least-once writes do not care: a speculative copy just writes its rows again.
+    at_least_once = writer_module.KafkaStreamWriter(
+        parse_sink_options({"kafka.bootstrap.servers": "h:1", "topic": "out"}), Columns())
+    monkeypatch.setattr("kafka_source.write.task.write_task", lambda *a: "plain")
+    assert at_least_once.write(iter([])) == "plain"
