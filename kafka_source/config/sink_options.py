@@ -199,6 +199,8 @@ def parse_sink_options(options: Mapping[str, str], *, streaming: bool = True) ->
                               f"'{DEFAULT_TRANSACTIONAL_ID_PREFIX}'.")
 
     settings = _producer_settings(opts, ProducerSettings, exactly_once=exactly_once)
+    if exactly_once:
+        _warn_transaction_timeout(settings.transaction_timeout_ms)
     return SinkOptions(client_config=client_config, producer=settings, topic=topic,
                        exactly_once=exactly_once, transactional_id_prefix=prefix)
 
@@ -222,6 +224,23 @@ def _warn_meaningless(opts: Mapping[str, str]) -> None:
     if "kafka.retries" in opts:
         log.warning("Kafka option 'kafka.retries' is not used: the sink retries a failed send "
                     "until 'kafka.delivery.timeout.ms' has passed, then fails the task.")
+
+
+def _warn_transaction_timeout(timeout_ms: int) -> None:
+    """When an exactly-once query starts (once per process): a micro-batch must be written
+    and committed within the transaction timeout. The sink cannot see the source, so it cannot
+    tell whether micro-batches are bounded; it says what to bound."""
+    log.warning(
+        "Option 'exactlyOnce': each micro-batch is written in Kafka transactions that stay open "
+        "from its first record to its commit, and the broker aborts those open longer than "
+        "'kafka.transaction.timeout.ms' (%d ms here; at most the brokers' "
+        "transaction.max.timeout.ms). A micro-batch that takes longer fails the query, and again "
+        "after every restart, since a restart writes the same micro-batch. Bound the size of "
+        "micro-batches on the source -- 'maxOffsetsPerTrigger' for a Kafka source, "
+        "'maxFilesPerTrigger' or 'maxBytesPerTrigger' for files -- so that one is written well "
+        "within that time. A query already failing so needs a larger "
+        "'kafka.transaction.timeout.ms' to get past that micro-batch (its size is fixed in the "
+        "checkpoint).", timeout_ms)
 
 
 def _int(opts: Mapping[str, str], name: str, minimum: int) -> int | None:

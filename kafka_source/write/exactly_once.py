@@ -46,7 +46,10 @@ Limits
     commit, so ``kafka.transaction.timeout.ms`` (default here 15 minutes, the broker's default
     ceiling) must cover a whole micro-batch. A transaction the broker aborts in between makes
     the batch be written again after the restart: records of the batch's transactions
-    committed before the failure are then in Kafka twice (never lost).
+    committed before the failure are then in Kafka twice (never lost). The restart writes the
+    same rows, so only a larger timeout gets past it: micro-batches must be bounded on the
+    source (``maxOffsetsPerTrigger``), which the sink cannot see -- it warns when the query
+    starts (:mod:`kafka_source.config.sink_options`).
   * Keep ``kafka.transactional.id`` (the prefix) unchanged across restarts of a query.
   * No speculative execution: two attempts of a task would fence each other and the batch
     would fail, so a write task of a session with ``spark.speculation=true`` fails at once,

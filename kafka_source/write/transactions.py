@@ -33,6 +33,7 @@ import kafka.errors as Errors
 from kafka.protocol.producer import (AddPartitionsToTxnRequest, EndTxnRequest,
                                      InitProducerIdRequest)
 
+from ..config.sink_options import DEFAULT_EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS
 from ..errors import ProduceError
 from ..wire.client import BrokerClient, RetriableBrokerError, error_for
 from .batches import TopicPartition
@@ -320,8 +321,12 @@ def _init_error_message(error, subject: str, transaction_timeout_ms: int) -> str
                 "need the IdempotentWrite permission on the cluster for idempotence; grant it, "
                 "or set 'kafka.enable.idempotence' to false.")
     if error is Errors.InvalidTransactionTimeoutError:
-        return (f"The broker rejected the transaction timeout of {subject}: option "
-                f"'kafka.transaction.timeout.ms' ({transaction_timeout_ms}) is larger than the "
-                "broker's 'transaction.max.timeout.ms'.")
+        return (f"The broker rejected the transaction timeout of {subject} "
+                "(INVALID_TRANSACTION_TIMEOUT): option 'kafka.transaction.timeout.ms' "
+                f"({transaction_timeout_ms} ms; exactly-once writes use "
+                f"{DEFAULT_EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS} unless it is set) is larger than the broker setting transaction.max.timeout.ms (900000 by "
+                "default). Set 'kafka.transaction.timeout.ms' to at most the brokers' "
+                "transaction.max.timeout.ms, or raise transaction.max.timeout.ms on every "
+                "broker.")
     return (f"Could not get a producer id for {subject}: {error.__name__} "
             f"({getattr(error, 'description', '')}).")

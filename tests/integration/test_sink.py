@@ -446,3 +446,17 @@ def test_exactly_once_stream_with_speculative_execution_fails_before_writing(
     assert out["failed"] == "True"
     assert "spark.speculation=true" in error and "'exactlyOnce'" in error, error[-3000:]
     assert read_back(bootstrap_servers, topic) == []          # not even an aborted record
+
+
+@pytest.mark.skip_on_embedded("transactions need real Kafka")
+def test_exactly_once_transaction_timeout_above_the_brokers_maximum_names_both(
+        bootstrap_servers):
+    # Issue 18 item 4. The test brokers keep Kafka's default transaction.max.timeout.ms (15 min).
+    topic = unique_topic_name("sink-eos-timeout")
+    create_topic(bootstrap_servers, topic, 1)
+    options = _eos_options(bootstrap_servers, topic, **{"kafka.transaction.timeout.ms": "900001"})
+    with pytest.raises(Exception) as info:
+        _task(options, str(uuid.uuid4()), 0, 0, [b"x"])
+    text = str(info.value)
+    assert "INVALID_TRANSACTION_TIMEOUT" in text and "(900001 ms" in text
+    assert "at most the brokers' transaction.max.timeout.ms" in text

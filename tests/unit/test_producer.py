@@ -643,6 +643,18 @@ def test_init_producer_id_retries_concurrent_transactions():
     assert producer.producer_id > 0
 
 
+def test_a_transaction_timeout_the_broker_rejects_names_option_and_broker_setting():
+    # Issue 18 item 4: INVALID_TRANSACTION_TIMEOUT (50) at InitProducerId.
+    cluster = FakeProduceCluster({T: 1})
+    cluster.txn_script["init"].append(50)
+    with pytest.raises(ProduceError) as info:
+        make(cluster, transactional_id="app-9", transaction_timeout_ms=3_600_000)
+    text = str(info.value)
+    assert "'app-9'" in text and "'kafka.transaction.timeout.ms' (3600000 ms" in text
+    assert "at most the brokers' transaction.max.timeout.ms" in text
+    assert "raise transaction.max.timeout.ms on every broker" in text
+
+
 def test_end_transaction_gives_up_naming_the_transactional_id():
     cluster, producer = make(transactional_id="app-7")
     producer.send(T, np.zeros(2, np.int32), values(2), None, None)

@@ -165,3 +165,17 @@ def test_exactly_once():
     assert "only used by exactly-once" in error_of(**{"kafka.transaction.timeout.ms": "5"})
     assert "is empty" in error_of(exactlyOnce="true", **{"kafka.transactional.id": " "})
     assert "'exactlyOnce' must be 'true' or 'false'" in error_of(exactlyOnce="1")
+
+
+def test_exactly_once_warns_once_to_bound_micro_batches_within_the_transaction_timeout(caplog):
+    # Issue 18 item 4: a micro-batch longer than the transaction timeout fails on every restart.
+    # The sink cannot see the source: it says what to bound, once per process.
+    caplog.set_level(logging.WARNING)
+    sink(topic="t")
+    assert "kafka.transaction.timeout.ms" not in caplog.text      # at-least-once: no word
+    for _ in range(3):                                              # a writer per micro-batch
+        sink(topic="t", exactlyOnce="true")
+    assert caplog.text.count("'kafka.transaction.timeout.ms' (900000 ms here") == 1
+    assert "'maxOffsetsPerTrigger'" in caplog.text and "transaction.max.timeout.ms" in caplog.text
+    sink(topic="t", exactlyOnce="true", **{"kafka.transaction.timeout.ms": "60000"})
+    assert "'kafka.transaction.timeout.ms' (60000 ms here" in caplog.text
