@@ -1,0 +1,78 @@
+"""Kafka's own Java consumer as another member of a query's group, for the group tests.
+
+``kafka-console-consumer.sh`` of the distribution in ``KAFKA_HOME`` (the Java client of that
+release), run as a subprocess that prints each record's value on a line of its own; its
+consumer settings are Java's (``partition.assignment.strategy``, ``group.protocol``...), passed
+with ``--consumer-property``. Tests that use it skip when no distribution is at hand.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+
+import pytest
+
+ASSIGNORS = {
+    "range": "org.apache.kafka.clients.consumer.RangeAssignor",
+    "roundrobin": "org.apache.kafka.clients.consumer.RoundRobinAssignor",
+    "sticky": "org.apache.kafka.clients.consumer.StickyAssignor",
+    "cooperative-sticky": "org.apache.kafka.clients.consumer.CooperativeStickyAssignor",
+}
+
+
+def kafka_home() -> str:
+    home = os.environ.get("KAFKA_HOME")
+    if not home or not os.path.exists(os.path.join(home, "bin", "kafka-console-consumer.sh")):
+        pytest.skip("no Kafka distribution (KAFKA_HOME) for Kafka's Java console consumer")
+    return home
+
+
+class JavaConsumer:
+    """A running ``kafka-console-consumer.sh`` in ``group`` on ``topic``, reading from the
+    earliest offset when the group has none, committing automatically every 200 ms."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str, *, assignors: list[str],
+                 session_timeout_ms: int, client_id: str = "java-consumer", **properties):
+        home = kafka_home()
+        strategy = ",".join(ASSIGNORS.get(a, a) for a in assignors)
+        props = {"partition.assignment.strategy": strategy,
+                 "session.timeout.ms": str(session_timeout_ms),
+                 "heartbeat.interval.ms": str(max(100, session_timeout_ms // 5)),
+                 "auto.commit.interval.ms": "200", "client.id": client_id,
+                 **{k: str(v) for k, v in properties.items()}}
+        args = [os.path.join(home, "bin", "kafka-console-consumer.sh"),
+                "--bootstrap-server", bootstrap, "--topic", topic, "--group", group,
+                "--from-beginning"]
+        for key, value in props.items():
+            args += ["--consumer-property", f"{key}={value}"]
+        self._out = tempfile.NamedTemporaryFile("w+", prefix="java-consumer-", suffix=".out",
+                                                delete=False)
+        self._err = tempfile.NamedTemporaryFile("w+", prefix="java-consumer-", suffix=".err",
+                                                delete=False)
+        env = {**os.environ, "KAFKA_HEAP_OPTS": "-Xmx256m", "LOG_DIR": tempfile.gettempdir()}
+        self.process = subprocess.Popen(args, stdout=self._out, stderr=self._err, env=env)
+
+    def values(self) -> list[str]:
+        """The values printed so far (complete lines only)."""
+        with open(self._out.name, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        return text.split("\n")[:-1]
+
+    def stderr(self) -> str:
+        with open(self._err.name, encoding="utf-8", errors="replace") as f:
+            return f.read()[-4000:]
+
+    def close(self) -> None:
+        """Stop it as Ctrl-C does: it commits, leaves the group and exits."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        for f in (self._out, self._err):
+            f.close()
+            os.unlink(f.name)
