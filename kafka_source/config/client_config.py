@@ -98,11 +98,15 @@ _FETCH_SETTINGS = {
     "retry.backoff.ms": ("retry_backoff_ms", int),
 }
 
+# The consumer-group settings of a stream, read by config/options.py (GroupOptions), not by the
+# client: a stream's group member uses them; batch reads and the sink ignore them.
+_GROUP_SETTINGS = {"group.id", "group.instance.id", "auto.offset.reset", "session.timeout.ms",
+                   "heartbeat.interval.ms", "max.poll.interval.ms", "default.api.timeout.ms"}
+
 # Accepted and meaningful for Spark's JVM source, irrelevant to a Python reader: ignored quietly.
-_IGNORED = {"group.id", "auto.offset.reset", "session.timeout.ms", "heartbeat.interval.ms",
-            "max.poll.interval.ms", "max.poll.records", "receive.buffer.bytes",
-            "send.buffer.bytes", "default.api.timeout.ms", "allow.auto.create.topics",
-            "partition.assignment.strategy", "group.instance.id", "client.rack"}
+_IGNORED = _GROUP_SETTINGS | {
+    "max.poll.records", "receive.buffer.bytes", "send.buffer.bytes", "allow.auto.create.topics",
+    "partition.assignment.strategy", "client.rack"}
 
 _JVM_ONLY = {
     "sasl.login.callback.handler.class": "Java callback handlers can't run in Python",

@@ -344,6 +344,8 @@ DEFAULT_MAX_POLL_INTERVAL_MS = 300_000  # the rebalance timeout sent in JoinGrou
 DEFAULT_API_TIMEOUT_MS = 60_000         # Java consumer: how long commitSync/committed retry
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60_000
 _AUTO_OFFSET_RESET = ("earliest", "latest", "none")
+# What Kafka accepts as a group.instance.id (JoinGroupRequest.validateGroupInstanceId).
+_INSTANCE_ID = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000,
                   "h": 3_600_000, "d": 86_400_000}
 
@@ -361,6 +363,7 @@ class GroupOptions:
     rebalance_timeout_ms: int     # kafka.max.poll.interval.ms
     auto_offset_reset: str        # 'earliest' | 'latest' | 'none'
     api_timeout_ms: int = DEFAULT_API_TIMEOUT_MS   # kafka.default.api.timeout.ms
+    group_instance_id: str | None = None   # kafka.group.instance.id: static membership (KIP-345)
 
 
 @dataclass(frozen=True)
@@ -419,6 +422,8 @@ def _parse_group(opts: Mapping[str, str], sub: Subscription) -> GroupOptions:
     return GroupOptions(
         group_id=(str(group_id).strip() if group_id is not None
                   else f"{prefix}-{uuid.uuid4()}"),
+        group_instance_id=_parse_group_instance_id(opts, sub,
+                                                   group_id_given=group_id is not None),
         group_id_given=group_id is not None,
         assignor=assignor,
         commit_offsets=parse_bool(opts, "commitOffsets", True),
@@ -428,6 +433,31 @@ def _parse_group(opts: Mapping[str, str], sub: Subscription) -> GroupOptions:
         auto_offset_reset=reset,
         api_timeout_ms=api_timeout,
     )
+
+
+def _parse_group_instance_id(opts: Mapping[str, str], sub: Subscription, *,
+                             group_id_given: bool) -> str | None:
+    """``kafka.group.instance.id``: the query is a static member of its group (KIP-345)."""
+    raw = opts.get("kafka.group.instance.id")
+    if raw is None:
+        return None
+    value = str(raw).strip()
+    if not value:
+        raise OptionError("Option 'kafka.group.instance.id' is empty; give this query's own "
+                          "static member name, or leave it out for a dynamic member.")
+    if not _INSTANCE_ID.fullmatch(value) or value in (".", ".."):
+        raise OptionError(f"Option 'kafka.group.instance.id' = '{raw}' is not a valid group "
+                          "instance id: Kafka accepts 1 to 249 ASCII letters, digits, '.', '_' "
+                          "and '-' (not '.' or '..' alone).")
+    if sub.kind == "assign":
+        raise OptionError("Option 'kafka.group.instance.id' makes the query a static member of "
+                          "its consumer group, but with 'assign' it does not join the group. "
+                          "Use 'subscribe' or 'subscribePattern', or leave the option out.")
+    if not group_id_given:
+        raise OptionError("Option 'kafka.group.instance.id' needs 'kafka.group.id': a static "
+                          "member keeps its place in a group across restarts, and without "
+                          "'kafka.group.id' every run of the query has a new, generated group.")
+    return value
 
 
 def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:

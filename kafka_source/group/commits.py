@@ -7,11 +7,11 @@ generation (manual assignment: outside any, generation -1); the coordinator's an
 whether the member was fenced (it then rejoins), must retry, or has hit an error no retry can
 fix (raised).
 
-The mixin uses these of the member: ``group_id``, ``options``, ``manual``,
+The mixin uses these of the member: ``group_id``, ``instance_id``, ``options``, ``manual``,
 ``request_timeout_ms``, ``generation``, ``_client`` (the planning thread's connection),
 ``_node`` (the coordinator, None: look it up again), ``_coordinator()``, ``_backoff()``,
-``_reset()``, ``request_rejoin()``, and the commit state it initialises with
-:meth:`GroupCommits._init_commits`.
+``_reset()``, ``request_rejoin()``, ``_instance_fenced()``, and the commit state it initialises
+with :meth:`GroupCommits._init_commits`.
 """
 
 from __future__ import annotations
@@ -286,7 +286,7 @@ class GroupCommits:
                 commit_timestamp=-1, committed_metadata=""))
         return OffsetCommitRequest(
             group_id=self.group_id, generation_id_or_member_epoch=generation_id,
-            member_id=member_id, group_instance_id=None, retention_time_ms=-1,
+            member_id=member_id, group_instance_id=self.instance_id, retention_time_ms=-1,
             topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=ps)
                     for t, ps in by_topic.items()],
             max_version=8)
@@ -349,6 +349,8 @@ class GroupCommits:
             return False
         if err in RETRY or getattr(err, "retriable", False):
             return False
+        if err is Errors.FencedInstanceIdError:
+            raise self._instance_fenced(what)
         if err is Errors.GroupAuthorizationFailedError:
             raise KafkaSourceError(f"Not authorized to use consumer group '{self.group_id}' "
                                    "(option 'kafka.group.id'): grant READ on the group.")

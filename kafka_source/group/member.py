@@ -33,6 +33,19 @@ about that, so :attr:`GroupMember.generations_lost` counts these losses, and the
 adopts the partitions of a fenced member again from the group's committed offsets instead of
 trusting (and committing) what it had.
 
+Static membership (KIP-345, brokers 2.3+): with ``kafka.group.instance.id`` the member joins
+with that instance id (JoinGroup v5+; SyncGroup, Heartbeat and OffsetCommit carry it too), and
+the coordinator knows it by it rather than by its member id. Like Java's consumer it does not
+send LeaveGroup when the query stops: its partitions stay assigned to it, unread, until
+``kafka.session.timeout.ms`` passes without a heartbeat. A restart within that time joins
+without a member id and takes the old member's place -- a new member id, the same generation
+and the stored assignment, with no rebalance; the other members never hear of it. A returning
+leader is told so from JoinGroup v9 on (KIP-814, brokers 3.2+), with ``skip_assignment``: it
+does not assign (the stored assignment stands) but watches the partition counts as leader;
+before v9 it is answered as a follower. A second member joining with the same instance id takes
+the place of the first the same way; the first is then answered FENCED_INSTANCE_ID, which is
+fatal (:meth:`GroupMember._instance_fenced`): rejoining would fence the other one in turn.
+
 With ``assign`` (manual assignment) the query does not join: it only reads and commits offsets
 under the group id, as a Java consumer with ``assign()`` does (generation -1).
 """
@@ -81,6 +94,7 @@ class GroupMember(GroupCommits):
                  assignor: PartitionAssignor, *, manual_assignment: Iterable[TopicPartition] = (),
                  request_timeout_ms: int = 30_000, retry_backoff_ms: int = 100):
         self.group_id = options.group_id
+        self.instance_id = options.group_instance_id    # None: a dynamic member
         self.options = options
         self.assignor = assignor
         self.manual = tuple(sorted(manual_assignment))
@@ -253,16 +267,21 @@ class GroupMember(GroupCommits):
         request = JoinGroupRequest(
             group_id=self.group_id, session_timeout_ms=self.options.session_timeout_ms,
             rebalance_timeout_ms=self.options.rebalance_timeout_ms, member_id=member_id,
-            group_instance_id=None, protocol_type=PROTOCOL_TYPE,
+            group_instance_id=self.instance_id, protocol_type=PROTOCOL_TYPE,
             protocols=[JoinGroupRequest.JoinGroupRequestProtocol(
                 name=self.assignor.name, metadata=subscription.encode())],
-            max_version=7)
+            reason=self.rejoin_reason(),
+            # A static member needs v5 (a broker without it would drop the instance id).
+            min_version=5 if self.instance_id is not None else None, max_version=9)
         # The coordinator holds JoinGroup open until every member has joined (at most the
         # rebalance timeout), so the request may take that long.
         timeout = max(self.request_timeout_ms, self.options.rebalance_timeout_ms + 5_000)
-        log.info("Group '%s': joining (member '%s', topics %s)", self.group_id, member_id or "-",
-                 sorted(topics))
-        response = self._client.send(node, request, timeout_ms=timeout)
+        log.info("Group '%s': joining (member '%s'%s, topics %s)", self.group_id,
+                 member_id or "-", self._static_note(), sorted(topics))
+        try:
+            response = self._client.send(node, request, timeout_ms=timeout)
+        except Errors.IncompatibleBrokerVersion as exc:
+            raise self._no_static_membership(exc) from None
         err = error_for(response.error_code)
         if err is Errors.MemberIdRequiredError:
             # KIP-394: the coordinator assigns the member id; join again with it at once.
@@ -278,10 +297,18 @@ class GroupMember(GroupCommits):
         with self._lock:
             self._generation = generation
         leader = response.leader == response.member_id
-        assignments = self._assign(response.members, generation) if leader else []
+        if leader and response.skip_assignment:
+            # KIP-814: a static leader that came back within its session; the group is stable
+            # and its assignment stands. It only watches the partition counts from now on.
+            topics_of_all = {t for m in response.members
+                             for t in Subscription.decode(bytes(m.metadata)).topics}
+            self._leader_counts = self.partition_counts(sorted(topics_of_all))
+            assignments = []
+        else:
+            assignments = self._assign(response.members, generation) if leader else []
         sync = self._client.send(node, SyncGroupRequest(
             group_id=self.group_id, generation_id=generation.generation_id,
-            member_id=generation.member_id, group_instance_id=None,
+            member_id=generation.member_id, group_instance_id=self.instance_id,
             protocol_type=PROTOCOL_TYPE, protocol_name=generation.protocol,
             assignments=assignments, max_version=5))
         err = error_for(sync.error_code)
@@ -301,9 +328,10 @@ class GroupMember(GroupCommits):
             self._rejoin_reason = None
             self._leader_counts = self._leader_counts if leader else None
         self.rebalances += 1
-        log.info("Group '%s': generation %d, member '%s'%s, assigned %s", self.group_id,
-                 generation.generation_id, generation.member_id, " (leader)" if leader else "",
-                 _describe(self._assignment))
+        log.info("Group '%s': generation %d, member '%s'%s%s, assigned %s", self.group_id,
+                 generation.generation_id, generation.member_id, self._static_note(),
+                 " (leader, assignment kept)" if leader and response.skip_assignment else
+                 " (leader)" if leader else "", _describe(self._assignment))
         self._start_heartbeat()
         return True
 
@@ -346,6 +374,8 @@ class GroupMember(GroupCommits):
             self._node = None
         elif err in RETRY:
             pass
+        elif err is Errors.FencedInstanceIdError:
+            raise self._instance_fenced(what)
         elif err is Errors.InconsistentGroupProtocolError:
             raise KafkaSourceError(
                 f"Consumer group '{self.group_id}' (option 'kafka.group.id') has members that use "
@@ -379,12 +409,50 @@ class GroupMember(GroupCommits):
                                        "the group.") from None
         return self._node
 
+    # --- static membership --------------------------------------------------------------------
+
+    def _static_note(self) -> str:
+        return "" if self.instance_id is None else f", instance '{self.instance_id}'"
+
+    def _instance_fenced(self, what: str) -> OptionError:
+        """The error of a static member whose instance id another member joined with: the
+        coordinator answered ``what`` with FENCED_INSTANCE_ID. It is fatal and stays so (every
+        later call raises it): a rejoin would take the instance id back and fence the other
+        member, which would do the same -- two queries taking turns, neither reading."""
+        error = OptionError(
+            f"Consumer group '{self.group_id}': another member joined with this query's "
+            f"'kafka.group.instance.id' = '{self.instance_id}' and took its place (the "
+            f"coordinator answered {what} with FENCED_INSTANCE_ID). Two running queries or "
+            "consumers must not share an instance id: give each query its own "
+            "'kafka.group.instance.id', or leave it out for dynamic membership. This query "
+            "stops; the other member keeps the partitions.")
+        with self._lock:
+            if self._fatal is None:
+                self._fatal = error
+            error = self._fatal
+        return error
+
+    def _no_static_membership(self, exc: Exception) -> OptionError:
+        """The group coordinator has no JoinGroup v5: a broker older than Kafka 2.3."""
+        error = OptionError(
+            f"Option 'kafka.group.instance.id' (static membership, KIP-345) needs Kafka 2.3 or "
+            f"later: the coordinator of consumer group '{self.group_id}' does not support "
+            f"JoinGroup v5 ({exc}). Leave the option out for a dynamic member, or upgrade the "
+            "brokers.")
+        with self._lock:
+            self._fatal = error
+        return error
+
     # --- leaving ------------------------------------------------------------------------------
 
     def leave(self, reason: str = "the query stopped") -> None:
         """Leave the group now (so the others rebalance at once) and stop heartbeating; a
         commit still in flight is waited for first, and made again if it failed (bounded by
-        ``kafka.default.api.timeout.ms``, and best effort here)."""
+        ``kafka.default.api.timeout.ms``, and best effort here).
+
+        A static member (``kafka.group.instance.id``) only stops heartbeating, as Java's
+        consumer does on close: it keeps its partitions until ``kafka.session.timeout.ms``
+        passes, so that a restart within that time gets them back without a rebalance."""
         try:
             self.settle_commits(retry_ms=self.options.api_timeout_ms)
         except Exception as exc:
@@ -395,10 +463,18 @@ class GroupMember(GroupCommits):
         self._assignment = ()
         if self.manual or not generation.member_id:
             return
+        if self.instance_id is not None:
+            log.info("Group '%s': static member '%s' (instance '%s') stops without leaving (%s): "
+                     "its partitions stay assigned to it until kafka.session.timeout.ms (%d ms) "
+                     "passes; a restart with the same kafka.group.instance.id within it gets "
+                     "them back without a rebalance", self.group_id, generation.member_id,
+                     self.instance_id, reason, self.options.session_timeout_ms)
+            return
         request = LeaveGroupRequest(
             group_id=self.group_id, member_id=generation.member_id,
             members=[LeaveGroupRequest.MemberIdentity(member_id=generation.member_id,
-                                                      group_instance_id=None, reason=reason)])
+                                                      group_instance_id=self.instance_id,
+                                                      reason=reason)])
         try:
             # Bounded: this runs while Spark stops the query (and may kill the process).
             timeout_ms = min(self.request_timeout_ms, _LEAVE_TIMEOUT_MS)
@@ -446,7 +522,9 @@ class GroupMember(GroupCommits):
         elif err is Errors.UnknownMemberIdError:
             self._reset(keep_member_id=False, reason="the coordinator forgot this member",
                         only_if=generation)
-        elif err in (Errors.GroupAuthorizationFailedError, Errors.FencedInstanceIdError):
+        elif err is Errors.FencedInstanceIdError:
+            self._instance_fenced("Heartbeat")
+        elif err is Errors.GroupAuthorizationFailedError:
             with self._lock:
                 self._fatal = KafkaSourceError(f"Heartbeat for consumer group '{self.group_id}' "
                                                f"failed: {err.__name__}.")
@@ -493,6 +571,9 @@ class _HeartbeatThread(threading.Thread):
                     self._node = None
                     continue
                 m.on_heartbeat(generation, err)
+                with m._lock:
+                    if m._fatal is not None:      # the query fails: nothing left to keep alive
+                        return
         finally:
             if self._client is not None:
                 self._client.close()
@@ -505,7 +586,7 @@ class _HeartbeatThread(threading.Thread):
             self._node = self._client.find_coordinator(m.group_id)
         response = self._client.send(self._node, HeartbeatRequest(
             group_id=m.group_id, generation_id=generation.generation_id,
-            member_id=generation.member_id, group_instance_id=None),
+            member_id=generation.member_id, group_instance_id=m.instance_id),
             timeout_ms=m.request_timeout_ms)
         return error_for(response.error_code)
 

@@ -7,7 +7,8 @@ distribution, for notebooks, the demo and tests::
 
     status = describe_group({"kafka.bootstrap.servers": "broker:9092"}, "clicks-to-lake")
     status.total_lag
-    pandas.DataFrame(status.rows())   # topic, partition, committed, end, lag, member, client
+    pandas.DataFrame(status.rows())   # topic, partition, committed, end, lag, member, client,
+                                      # instance (group.instance.id of static members)
 
 The options are the query's own Spark options (``kafka.*`` security settings included), or just
 the bootstrap servers. Nothing here reads the connector's state: the answer comes from the
@@ -21,7 +22,9 @@ of what a streaming query committed.
   kafka-python 3.0's ``describe_groups`` always asks for them and fails on operation codes it
   does not know (the embedded Tansu broker sends some). The assignments are decoded as Kafka's
   ConsumerProtocol (:class:`~kafka_source.group.assignors.Assignment`), so plain Java or Python
-  consumers in the group show up as well.
+  consumers in the group show up as well. Static members (KIP-345: a query with
+  ``kafka.group.instance.id``, a consumer with ``group.instance.id``) show their instance id
+  (DescribeGroups v4+, Kafka 2.3+), as ``kafka-consumer-groups.sh --describe --members`` does.
 * Every request goes through the connector's :class:`~kafka_source.wire.client.BrokerClient`, so
   TLS and SASL work exactly as in a query (trust and key stores, secrets never shown) and
   transient errors are retried within ``kafka.request.timeout.ms``.
@@ -47,6 +50,7 @@ class MemberStatus:
     client_id: str
     host: str
     partitions: tuple[TopicPartition, ...]
+    instance_id: str | None = None   # group.instance.id of a static member; None: dynamic
 
 
 @dataclass(frozen=True)
@@ -86,12 +90,17 @@ class GroupStatus:
         return {m.member_id: m.partitions for m in self.members}
 
     def rows(self) -> list[dict]:
-        """One dict per partition, the columns of ``kafka-consumer-groups.sh --describe``."""
-        clients = {m.member_id: m for m in self.members}
-        return [{"topic": p.topic, "partition": p.partition, "committed": p.committed,
-                 "end": p.end, "lag": p.lag, "member": p.member_id,
-                 "client": clients[p.member_id].client_id if p.member_id in clients else None}
-                for p in self.partitions]
+        """One dict per partition, the columns of ``kafka-consumer-groups.sh --describe``, and
+        the member's instance id (``instance``; None for a dynamic member or no member)."""
+        members = {m.member_id: m for m in self.members}
+        rows = []
+        for p in self.partitions:
+            member = members.get(p.member_id)
+            rows.append({"topic": p.topic, "partition": p.partition, "committed": p.committed,
+                         "end": p.end, "lag": p.lag, "member": p.member_id,
+                         "client": member.client_id if member else None,
+                         "instance": member.instance_id if member else None})
+        return rows
 
 
 def describe_group(options: Mapping[str, str] | str, group_id: str,
@@ -170,7 +179,8 @@ def _describe(client, group_id: str) -> tuple[object, tuple[str, str, list[Membe
         assignment = (Assignment.decode(bytes(m.member_assignment or b""))
                       if group.protocol_type in ("consumer", "") else Assignment(()))
         members.append(MemberStatus(m.member_id, m.client_id, m.client_host,
-                                    assignment.partitions))
+                                    assignment.partitions,
+                                    getattr(m, "group_instance_id", None) or None))
     members.sort(key=lambda m: (m.client_id, m.member_id))
     return node, (group.group_state, group.protocol_data or "", members)
 

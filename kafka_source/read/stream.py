@@ -58,7 +58,10 @@ process before PySpark's runner reaches ``stop()``, so the member stayed in the 
 Once this process has joined a group, SIGTERM instead unwinds the runner (``SystemExit``), whose
 ``finally`` calls :meth:`KafkaStreamReader.stop`: LeaveGroup goes out, the group rebalances at
 once. Further SIGTERMs are ignored meanwhile, so that they cannot cut the LeaveGroup short; the
-LeaveGroup itself is bounded (:meth:`kafka_source.group.member.GroupMember.leave`).
+LeaveGroup itself is bounded (:meth:`kafka_source.group.member.GroupMember.leave`). A static
+member (``kafka.group.instance.id``) sends no LeaveGroup, as Java's consumer: the group keeps its
+partitions for it until ``kafka.session.timeout.ms``, and the query restarted within that time
+gets them back with no rebalance, restarting from its checkpoint as always.
 """
 
 from __future__ import annotations

@@ -19,6 +19,15 @@
   ``clock``; or on every request with ``auto_expire=True``).
 * OffsetCommit is validated as Kafka's ``ClassicGroup.validateOffsetCommit`` does; OffsetFetch
   answers with the committed offsets (-1 where there is none).
+* Static membership (KIP-345; JoinGroup v5+, SyncGroup and Heartbeat v3+, OffsetCommit v7+): a
+  member joining with a ``group_instance_id`` and no member id never gets MEMBER_ID_REQUIRED; if
+  the instance id is known it replaces the old member id (whose requests are then answered
+  FENCED_INSTANCE_ID) and, in a Stable group whose protocol stays, gets the current generation and
+  its stored assignment with no rebalance. The leader's replacement learns it leads, with the
+  members and ``skip_assignment``, only from JoinGroup v9 (KIP-814); before that it is answered
+  the old leader id, as a follower. A request whose ``min_version`` the broker's
+  :attr:`FakeCoordinator.api_versions` lack fails as kafka-python fails it
+  (IncompatibleBrokerVersion), e.g. JoinGroup v5 on a Kafka 2.2 (``api_versions={JOIN: 4}``).
 
 Requests go through the wire format: each one is encoded at the version a real client would
 negotiate (the request's ``max_version`` capped by :attr:`FakeCoordinator.api_versions`) and
@@ -68,6 +77,7 @@ INVALID_SESSION_TIMEOUT = Errors.InvalidSessionTimeoutError.errno
 REBALANCE_IN_PROGRESS = Errors.RebalanceInProgressError.errno
 GROUP_AUTHORIZATION_FAILED = Errors.GroupAuthorizationFailedError.errno
 MEMBER_ID_REQUIRED = Errors.MemberIdRequiredError.errno
+FENCED_INSTANCE_ID = Errors.FencedInstanceIdError.errno
 
 EMPTY = "Empty"
 PREPARING_REBALANCE = "PreparingRebalance"
@@ -115,6 +125,7 @@ class Member:
     joined_generation: int | None = None  # set when the join it waits in completes
     assignment: bytes = b""
     heartbeats: int = 0
+    instance_id: str | None = None   # group.instance.id of a static member
 
     def metadata(self, protocol: str) -> bytes:
         return dict(self.protocols)[protocol]
@@ -136,6 +147,30 @@ class Group:
     rebalance_deadline: float | None = None
     offsets: dict = field(default_factory=dict)   # (topic, partition) -> offset
     completed_rebalances: int = 0                 # generations that reached Stable
+    static_members: dict = field(default_factory=dict)   # instance id -> member id
+
+    def remove(self, member_id: str) -> None:
+        """Drop a member (and its instance id, if static)."""
+        member = self.members.pop(member_id)
+        if member.instance_id is not None and \
+                self.static_members.get(member.instance_id) == member_id:
+            del self.static_members[member.instance_id]
+
+    def validate_member(self, member_id: str, instance_id: str | None) -> int:
+        """Kafka's ``ClassicGroup.validateMember``: a static member is known by its instance
+        id, and a request with it from another member id is fenced."""
+        if instance_id is not None:
+            existing = self.static_members.get(instance_id)
+            if existing is None:
+                return UNKNOWN_MEMBER_ID
+            return NONE if existing == member_id else FENCED_INSTANCE_ID
+        return NONE if member_id in self.members else UNKNOWN_MEMBER_ID
+
+    def gone(self, member_id: str, instance_id: str | None) -> int:
+        """What a request of a member no longer in the group is answered: FENCED_INSTANCE_ID
+        if another member took its instance id, else UNKNOWN_MEMBER_ID."""
+        other = self.static_members.get(instance_id) if instance_id is not None else None
+        return FENCED_INSTANCE_ID if other not in (None, member_id) else UNKNOWN_MEMBER_ID
 
     def assignment_of(self, member_id: str):
         from kafka_source.group.assignors import Assignment
@@ -297,7 +332,7 @@ class FakeCoordinator:
         """Drop a member as a session expiry would."""
         with self._cond:
             g = self.group(group_id)
-            del g.members[member_id]
+            g.remove(member_id)
             self._after_removal(g)
             self._cond.notify_all()
 
@@ -363,6 +398,14 @@ class FakeCoordinator:
             raise NotImplementedError(f"the fake coordinator does not answer {request!r}")
         version = min(request._max_version if request._max_version is not None
                       else type(request).max_version, self.api_versions[kind])
+        min_version = request._min_version or 0
+        if min_version > self.api_versions[kind]:
+            # As kafka-python's BrokerVersionData.api_version fails the request's future.
+            name = type(request).__name__.removesuffix("Request")
+            client_max = request._max_version or type(request).max_version
+            raise Errors.IncompatibleBrokerVersion(
+                f"No version of the '{name}' Kafka protocol is supported by both the client "
+                f"[{min_version}-{client_max}] and broker [0-{self.api_versions[kind]}].")
         wire = type(request).decode(request.encode(version=version), version=version)
         deadline = time.monotonic() + timeout_ms / 1000
         with self._cond:
@@ -456,23 +499,35 @@ class FakeCoordinator:
         rebalance_timeout = wire.rebalance_timeout_ms if version >= 1 else \
             wire.session_timeout_ms
         member_id = wire.member_id
-        if member_id == "" or member_id in g.pending:
+        instance_id = wire.group_instance_id if version >= 5 else None
+        if instance_id is not None and member_id == "" and instance_id in g.static_members:
+            new_id = self.member_id_factory(client.client_id)
+            answer = self._replace_static_member(g, instance_id, new_id, client, wire, version,
+                                                 protocols, rebalance_timeout)
+            if answer is not None:
+                return answer
+            member_id = new_id
+        elif member_id == "" or member_id in g.pending:
             if member_id == "":
                 member_id = self.member_id_factory(client.client_id)
-                if self.require_member_id and version >= 4:
+                # KIP-394 is for dynamic members: a static one is known by its instance id.
+                if self.require_member_id and version >= 4 and instance_id is None:
                     g.pending[member_id] = now
                     return _join_response(version, MEMBER_ID_REQUIRED, member_id=member_id)
             else:
                 del g.pending[member_id]
             member = Member(member_id, client.client_id, wire.protocol_type, protocols,
-                            wire.session_timeout_ms, rebalance_timeout, now, awaiting_join=True)
+                            wire.session_timeout_ms, rebalance_timeout, now, awaiting_join=True,
+                            instance_id=instance_id)
             g.members[member_id] = member
+            if instance_id is not None:
+                g.static_members[instance_id] = member_id
             if g.leader is None:
                 g.leader = member_id
             if g.state != PREPARING_REBALANCE:
                 self._prepare_rebalance(g)
-        elif member_id not in g.members:
-            return _join_response(version, UNKNOWN_MEMBER_ID, member_id=member_id)
+        elif (code := g.validate_member(member_id, instance_id)) != NONE:
+            return _join_response(version, code, member_id=member_id)
         else:
             member = g.members[member_id]
             changed = member.protocols != protocols
@@ -494,12 +549,49 @@ class FakeCoordinator:
         while True:
             self._maybe_complete_join(g)
             if member_id not in g.members:
-                return _join_response(version, UNKNOWN_MEMBER_ID, member_id=member_id)
+                return _join_response(version, g.gone(member_id, instance_id),
+                                      member_id=member_id)
             member = g.members[member_id]
             if member.joined_generation is not None:
                 member.joined_generation = None
                 return self._join_success(g, member_id, version)
             self._wait(deadline, "JoinGroup")
+
+    def _replace_static_member(self, g: Group, instance_id: str, new_id: str, client, wire,
+                               version: int, protocols, rebalance_timeout: int):
+        """A known static member joins again without its member id (a restart): Kafka's
+        ``updateStaticMemberAndRebalance``. It takes the old member's place (and leadership) under
+        ``new_id``; the old id is fenced. In a Stable group whose protocol stays, the answer is the
+        current generation at once (None: the member waits for a rebalance like any other)."""
+        old_id = g.static_members[instance_id]
+        old_leader = g.leader
+        old = g.members[old_id]
+        member = Member(new_id, client.client_id, wire.protocol_type, protocols,
+                        wire.session_timeout_ms, rebalance_timeout, self.clock(),
+                        assignment=old.assignment, instance_id=instance_id)
+        g.members = {(new_id if mid == old_id else mid): (member if mid == old_id else m)
+                     for mid, m in g.members.items()}
+        g.static_members[instance_id] = new_id
+        if g.leader == old_id:
+            g.leader = new_id
+        if g.state == STABLE and self._select_protocol(g) == g.protocol:
+            leads = g.leader == new_id
+            M = JoinGroupResponse.JoinGroupResponseMember
+            # KIP-814 (v9): the new leader learns that it leads but must not assign; before v9
+            # it is given the old leader id, so that it does not assign.
+            skip = leads and version >= 9
+            return JoinGroupResponse(
+                version=version, throttle_time_ms=0, error_code=NONE,
+                generation_id=g.generation, protocol_type=g.protocol_type,
+                protocol_name=g.protocol, leader=g.leader if version >= 9 else old_leader,
+                skip_assignment=skip, member_id=new_id,
+                members=[M(member_id=m.member_id, group_instance_id=m.instance_id,
+                           metadata=m.metadata(g.protocol)) for m in g.members.values()]
+                if skip else [])
+        member.awaiting_join = True
+        if g.state != PREPARING_REBALANCE:
+            self._prepare_rebalance(g)
+        return None
 
     def _supports(self, g: Group, member_id: str, protocol_type: str, names: list[str]) -> bool:
         others = [m for mid, m in g.members.items() if mid != member_id]
@@ -532,7 +624,7 @@ class FakeCoordinator:
         if not everyone and self.clock() < g.rebalance_deadline:
             return
         for member_id in [mid for mid, m in g.members.items() if not m.awaiting_join]:
-            del g.members[member_id]
+            g.remove(member_id)
         g.generation += 1
         if not g.members:
             g.state, g.leader, g.protocol, g.protocol_type = EMPTY, None, None, None
@@ -564,7 +656,7 @@ class FakeCoordinator:
 
     def _join_success(self, g: Group, member_id: str, version: int):
         M = JoinGroupResponse.JoinGroupResponseMember
-        members = ([M(member_id=m.member_id, group_instance_id=None,
+        members = ([M(member_id=m.member_id, group_instance_id=m.instance_id,
                       metadata=m.metadata(g.protocol)) for m in g.members.values()]
                    if member_id == g.leader else [])
         return JoinGroupResponse(
@@ -577,6 +669,7 @@ class FakeCoordinator:
     def _handle_sync(self, wire, version, client, deadline):
         g = self.groups.get(wire.group_id)
         member_id, generation = wire.member_id, wire.generation_id
+        instance_id = wire.group_instance_id if version >= 3 else None
 
         def answer(code, assignment=b""):
             return SyncGroupResponse(version=version, throttle_time_ms=0, error_code=code,
@@ -584,8 +677,10 @@ class FakeCoordinator:
                                      protocol_name=g.protocol if g else None,
                                      assignment=assignment)
 
-        if g is None or member_id not in g.members:
+        if g is None:
             return answer(UNKNOWN_MEMBER_ID)
+        if (code := g.validate_member(member_id, instance_id)) != NONE:
+            return answer(code)
         if generation != g.generation:
             return answer(ILLEGAL_GENERATION)
         if version >= 5 and ((wire.protocol_type is not None
@@ -605,7 +700,7 @@ class FakeCoordinator:
             self._cond.notify_all()
         while True:
             if member_id not in g.members:
-                return answer(UNKNOWN_MEMBER_ID)
+                return answer(g.gone(member_id, instance_id))
             if g.generation != generation or g.state == PREPARING_REBALANCE:
                 return answer(REBALANCE_IN_PROGRESS)
             if g.state == STABLE:
@@ -620,8 +715,11 @@ class FakeCoordinator:
         def answer(code):
             return HeartbeatResponse(version=version, throttle_time_ms=0, error_code=code)
 
-        if g is None or wire.member_id not in g.members:
+        if g is None:
             return answer(UNKNOWN_MEMBER_ID)
+        instance_id = wire.group_instance_id if version >= 3 else None
+        if (code := g.validate_member(wire.member_id, instance_id)) != NONE:
+            return answer(code)
         if wire.generation_id != g.generation:
             return answer(ILLEGAL_GENERATION)
         member = g.members[wire.member_id]
@@ -635,12 +733,25 @@ class FakeCoordinator:
 
     def _handle_leave(self, wire, version, client, deadline):
         g = self.groups.get(wire.group_id)
-        ids = [m.member_id for m in wire.members] if version >= 3 else [wire.member_id]
+        ids = [(m.member_id, m.group_instance_id) for m in wire.members] if version >= 3 \
+            else [(wire.member_id, None)]
         results = []
         removed = False
-        for member_id in ids:
-            if g is not None and member_id in g.members:
-                del g.members[member_id]
+        for member_id, instance_id in ids:
+            if instance_id is not None:
+                # A static member leaves by its instance id (the member id may be unknown: an
+                # admin removing it); another member's id with it is fenced.
+                existing = g.static_members.get(instance_id) if g is not None else None
+                if existing is None:
+                    results.append((member_id, UNKNOWN_MEMBER_ID))
+                elif member_id not in ("", existing):
+                    results.append((member_id, FENCED_INSTANCE_ID))
+                else:
+                    g.remove(existing)
+                    removed = True
+                    results.append((existing, NONE))
+            elif g is not None and member_id in g.members:
+                g.remove(member_id)
                 removed = True
                 results.append((member_id, NONE))
             elif g is not None and member_id in g.pending:
@@ -672,7 +783,7 @@ class FakeCoordinator:
             dropped = [mid for mid, m in g.members.items()
                        if not m.awaiting_join and now - m.last_seen > m.session_timeout_ms / 1000]
             for mid in dropped:
-                del g.members[mid]
+                g.remove(mid)
             stale = [mid for mid, t in g.pending.items() if now - t > 10.0]
             for mid in stale:
                 del g.pending[mid]
@@ -694,8 +805,9 @@ class FakeCoordinator:
             else:
                 code = ILLEGAL_GENERATION
         elif generation >= 0 or member_id:
-            if member_id not in g.members:
-                code = UNKNOWN_MEMBER_ID
+            instance_id = wire.group_instance_id if version >= 7 else None
+            if (code := g.validate_member(member_id, instance_id)) != NONE:
+                pass
             elif generation != g.generation:
                 code = ILLEGAL_GENERATION
             elif g.state == COMPLETING_REBALANCE:
@@ -875,13 +987,15 @@ class RawMember:
 
     def __init__(self, coordinator: FakeCoordinator, group_id: str, protocols: list, *,
                  client_id: str | None = None, session_timeout_ms: int = 10_000,
-                 rebalance_timeout_ms: int = 10_000, protocol_type: str = "consumer"):
+                 rebalance_timeout_ms: int = 10_000, protocol_type: str = "consumer",
+                 instance_id: str | None = None):
         self.client = coordinator.client(client_id or f"raw-{next(self._ids)}")
         self.group_id = group_id
         self.protocols = protocols   # [(assignor name, subscription bytes)]
         self.session_timeout_ms = session_timeout_ms
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.protocol_type = protocol_type
+        self.instance_id = instance_id   # group.instance.id: a static member
         self.member_id = ""
         self.generation = -1
         self.protocol: str | None = None
@@ -897,7 +1011,7 @@ class RawMember:
             response = self.client.send(self.node, JoinGroupRequest(
                 group_id=self.group_id, session_timeout_ms=self.session_timeout_ms,
                 rebalance_timeout_ms=self.rebalance_timeout_ms, member_id=self.member_id,
-                group_instance_id=None, protocol_type=self.protocol_type,
+                group_instance_id=self.instance_id, protocol_type=self.protocol_type,
                 protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name=n, metadata=m)
                            for n, m in self.protocols]), timeout_ms=timeout_ms)
             if response.error_code == MEMBER_ID_REQUIRED:
@@ -915,7 +1029,7 @@ class RawMember:
         A = SyncGroupRequest.SyncGroupRequestAssignment
         return self.client.send(self.node, SyncGroupRequest(
             group_id=self.group_id, generation_id=self.generation, member_id=self.member_id,
-            group_instance_id=None, protocol_type=self.protocol_type,
+            group_instance_id=self.instance_id, protocol_type=self.protocol_type,
             protocol_name=self.protocol,
             assignments=[A(member_id=m, assignment=a) for m, a in (assignments or {}).items()]),
             timeout_ms=timeout_ms)
@@ -932,20 +1046,21 @@ class RawMember:
                 commit_timestamp=-1, committed_metadata=""))
         response = self.client.send(self.node, OffsetCommitRequest(
             group_id=self.group_id, generation_id_or_member_epoch=self.generation,
-            member_id=self.member_id, group_instance_id=None, retention_time_ms=-1,
+            member_id=self.member_id, group_instance_id=self.instance_id, retention_time_ms=-1,
             topics=[T(name=t, partitions=ps) for t, ps in by_topic.items()]))
         return [p.error_code for t in response.topics for p in t.partitions]
 
     def heartbeat(self) -> int:
         return self.client.send(self.node, HeartbeatRequest(
             group_id=self.group_id, generation_id=self.generation, member_id=self.member_id,
-            group_instance_id=None)).error_code
+            group_instance_id=self.instance_id)).error_code
 
     def leave(self) -> None:
         self.client.send(self.node, LeaveGroupRequest(
             group_id=self.group_id, member_id=self.member_id,
             members=[LeaveGroupRequest.MemberIdentity(member_id=self.member_id,
-                                                      group_instance_id=None, reason="bye")]))
+                                                      group_instance_id=self.instance_id,
+                                                      reason="bye")]))
 
 
 class Background:

@@ -22,7 +22,8 @@ from kafka_source.group.member import GroupMember
 from kafka_source.config.options import GroupOptions
 
 from .fake_coordinator import (COMPLETING_REBALANCE, COORDINATOR_LOAD_IN_PROGRESS,
-                               COORDINATOR_NOT_AVAILABLE, EMPTY, FIND_COORDINATOR,
+                               COORDINATOR_NOT_AVAILABLE, EMPTY, FENCED_INSTANCE_ID,
+                               FIND_COORDINATOR,
                                GROUP_AUTHORIZATION_FAILED, HEARTBEAT, ILLEGAL_GENERATION,
                                INCONSISTENT_GROUP_PROTOCOL, JOIN, LEAVE, METADATA, NONE,
                                NOT_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH,
@@ -1149,6 +1150,169 @@ def test_leaving_member_triggers_a_rebalance_for_the_others(fake, make_member):
     wait_rebalance_noticed(x)
     assert x.ensure_active(["t0"]) == tps("t0p0 t0p1 t0p2")
     assert fake.members(GROUP) == [x.generation.member_id]
+
+
+# ------------------------------------------------------------------------------------------
+# Static membership (KIP-345): kafka.group.instance.id
+# ------------------------------------------------------------------------------------------
+
+INSTANCE = "query-1"
+
+
+@pytest.mark.parametrize("instance_id", [None, INSTANCE])
+def test_the_instance_id_goes_with_every_request_of_the_member(make_member, instance_id):
+    fake = FakeCoordinator(TOPICS, member_id_factory=_counter(), require_member_id=True)
+    try:
+        member = make_member(fake, "C0", group_instance_id=instance_id)
+        assert member.ensure_active(["t0"]) == tps("t0p0 t0p1 t0p2")
+        wait_until(lambda: heartbeats(fake, member) >= 1)
+        assert member.commit({("t0", 0): 5}) is True
+        records = [fake.records(kind)[-1] for kind in (JOIN, SYNC, HEARTBEAT, OFFSET_COMMIT)]
+        assert [r.request.group_instance_id for r in records] == [instance_id] * 4
+        # The versions that carry it (KIP-345): JoinGroup 5, SyncGroup/Heartbeat 3, OffsetCommit 7
+        assert [r.version >= v for r, v in zip(records, (5, 3, 3, 7))] == [True] * 4
+        joins = fake.sent(JOIN)
+        if instance_id is None:       # KIP-394: a dynamic member asks for its member id first
+            assert [j.member_id for j in joins] == ["", "C0-1"]
+            assert fake.group(GROUP).static_members == {}
+        else:                         # a static member is known by its instance id
+            assert [j.member_id for j in joins] == [""]
+            assert fake.group(GROUP).static_members == {INSTANCE: member.generation.member_id}
+    finally:
+        fake.shutdown()
+
+
+def test_stopped_static_member_sends_no_leave_group_and_keeps_its_partitions(fake,
+                                                                            make_member):
+    other = make_member(fake, "java-consumer")             # dynamic, the leader
+    query = make_member(fake, "query", group_instance_id=INSTANCE)
+    other.ensure_active(["t0"])
+    joining = Background(query.ensure_active, ["t0"], name="query-join")
+    wait_rebalance_noticed(other)
+    other.ensure_active(["t0"])
+    assert joining.result(5) == tps("t0p2") and other.assignment == tps("t0p0 t0p1")
+    stopped_id = query.generation.member_id
+
+    query.leave("the query stopped")
+    assert fake.sent(LEAVE) == []
+    assert fake.state(GROUP) == STABLE and stopped_id in fake.members(GROUP)
+    assert not heartbeat_alive(query)
+    beats = heartbeats(fake, other)
+    wait_until(lambda: heartbeats(fake, other) >= beats + 3, what="the other's heartbeats")
+    assert other.assignment_is_current()             # it never heard of a rebalance
+
+
+@pytest.mark.parametrize("join_version", [9, 8])
+@pytest.mark.parametrize("query_leads", [False, True])
+def test_restart_within_the_session_timeout_gets_the_partitions_back_without_a_rebalance(
+        make_member, join_version, query_leads):
+    fake = FakeCoordinator(TOPICS, member_id_factory=_counter(),
+                           api_versions={JOIN: join_version})
+    try:
+        other = make_member(fake, "java-consumer")
+        query = make_member(fake, "query", group_instance_id=INSTANCE)
+        first, second = (query, other) if query_leads else (other, query)
+        first.ensure_active(["t0"])
+        joining = Background(second.ensure_active, ["t0"], name="second-join")
+        wait_rebalance_noticed(first)
+        first.ensure_active(["t0"])
+        joining.result(5)
+        before = (query.assignment, other.assignment)
+        generation = query.generation.generation_id
+        rebalances = fake.group(GROUP).completed_rebalances
+        other_joins = len(fake.sent(JOIN, client_id="java-consumer"))
+        old_id = query.generation.member_id
+        query.leave("the query stopped")
+
+        restarted = make_member(fake, "query-restarted", group_instance_id=INSTANCE)
+        assert restarted.ensure_active(["t0"]) == before[0]
+        assert restarted.generation.generation_id == generation          # no rebalance
+        assert fake.group(GROUP).completed_rebalances == rebalances
+        assert restarted.generation.member_id not in ("", old_id)        # a new member id
+        assert fake.members(GROUP) == ([restarted.generation.member_id, other.generation.member_id]
+                                       if query_leads else
+                                       [other.generation.member_id, restarted.generation.member_id])
+        # The other member's assignment never changed and it never had to rejoin.
+        beats = heartbeats(fake, other)
+        wait_until(lambda: heartbeats(fake, other) >= beats + 3, what="the other's heartbeats")
+        assert other.assignment_is_current() and other.assignment == before[1]
+        assert len(fake.sent(JOIN, client_id="java-consumer")) == other_joins
+        sync = fake.sent(SYNC, client_id="query-restarted")[-1]
+        assert sync.assignments == []       # the stored assignment, not a new one
+        # The replaced member id is fenced (what a still-running old query would be told).
+        old = RawMember(fake, GROUP, [], instance_id=INSTANCE)
+        old.member_id, old.generation = old_id, generation
+        assert old.heartbeat() == FENCED_INSTANCE_ID
+
+        # KIP-814 (JoinGroup v9): a returning static leader is told it leads but must not
+        # assign; it watches the partition counts as leader. Before v9 it is told the old
+        # leader's id: no member watches them until the next rebalance (as in Java).
+        join = fake.records(JOIN)[-1]
+        assert join.request.member_id == "" and join.request.group_instance_id == INSTANCE
+        fake.topics["t0"] = 4
+        restarted.ensure_active(["t0"], {"t0": 4})
+        watches = query_leads and join_version >= 9
+        assert (restarted.generation.generation_id > generation) == watches
+    finally:
+        fake.shutdown()
+
+
+def test_a_second_member_with_the_instance_id_fences_the_first_for_good(fake, make_member):
+    first = make_member(fake, "query-A", group_instance_id=INSTANCE)
+    assert first.ensure_active(["t0"]) == tps("t0p0 t0p1 t0p2")
+    second = make_member(fake, "query-B", group_instance_id=INSTANCE)
+    assert second.ensure_active(["t0"]) == tps("t0p0 t0p1 t0p2")   # first's place, same
+    assert second.generation.generation_id == first.generation.generation_id  # generation
+
+    for _ in range(3):                  # the same error every time: no rejoin, no retry loop
+        with pytest.raises(OptionError) as info:
+            wait_until(lambda: first.ensure_active(["t0"]) is None, what="the fencing")
+        message = str(info.value)
+        assert "'kafka.group.instance.id'" in message and f"'{INSTANCE}'" in message
+        assert "FENCED_INSTANCE_ID" in message and "another" in message
+    assert len(fake.sent(JOIN, client_id="query-A")) == 1
+    thread = first._heartbeat
+    wait_until(lambda: thread is None or not thread.is_alive(), what="A's heartbeats to stop")
+    with pytest.raises(OptionError, match="kafka.group.instance.id"):
+        first.commit({("t0", 0): 1})
+    assert second.assignment_is_current() and fake.state(GROUP) == STABLE
+    assert fake.members(GROUP) == [second.generation.member_id]
+
+
+@pytest.mark.parametrize("kind", [JOIN, SYNC, HEARTBEAT, OFFSET_COMMIT])
+def test_fenced_instance_id_from_any_request_fails_the_member(fake, make_member, kind):
+    member = make_member(fake, "C0", group_instance_id=INSTANCE)
+    if kind in (HEARTBEAT, OFFSET_COMMIT):
+        member.ensure_active(["t0"])
+    fake.script(kind, FENCED_INSTANCE_ID)
+    joins = len(fake.sent(JOIN))
+    if kind == OFFSET_COMMIT:
+        member.commit_async({("t0", 0): 3})
+        with pytest.raises(OptionError, match="FENCED_INSTANCE_ID"):
+            member.settle_commits()
+    elif kind == HEARTBEAT:
+        wait_until(lambda: member._fatal is not None, what="the heartbeat's answer")
+    with pytest.raises(OptionError, match=r"'kafka.group.instance.id' = 'query-1'"):
+        member.ensure_active(["t0"])
+    assert len(fake.sent(JOIN)) == joins + (1 if kind in (JOIN, SYNC) else 0)
+
+
+def test_static_membership_on_a_broker_without_join_group_v5_names_option_and_version(
+        make_member):
+    fake = FakeCoordinator(TOPICS, api_versions={JOIN: 4})      # Kafka 2.2
+    try:
+        member = make_member(fake, "C0", group_instance_id=INSTANCE)
+        started = time.monotonic()
+        with pytest.raises(OptionError) as info:
+            member.ensure_active(["t0"])
+        message = str(info.value)
+        assert "'kafka.group.instance.id'" in message and "Kafka 2.3" in message
+        assert "broker [0-4]" in message
+        assert fake.sent(JOIN) == [] and time.monotonic() - started < 1   # no retries
+        # A dynamic member is fine on the same broker.
+        assert make_member(fake, "C1").ensure_active(["t0"]) == tps("t0p0 t0p1 t0p2")
+    finally:
+        fake.shutdown()
 
 
 # ------------------------------------------------------------------------------------------

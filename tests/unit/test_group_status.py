@@ -36,15 +36,18 @@ def test_total_lag_sums_known_lags_and_is_none_before_any_commit():
 
 def test_rows_and_committed_name_each_partition_and_its_member():
     member = MemberStatus("m-1", "query-A", "/127.0.0.1", (("t", 0),))
+    static = MemberStatus("m-2", "query-B", "/127.0.0.1", (("t", 2),), instance_id="etl-B")
     s = group_status(PartitionStatus("t", 0, 3, 5, "m-1"), PartitionStatus("t", 1, None, 2, None),
-                     members=[member])
+                     PartitionStatus("t", 2, 1, 1, "m-2"), members=[member, static])
     assert s.rows() == [
         {"topic": "t", "partition": 0, "committed": 3, "end": 5, "lag": 2, "member": "m-1",
-         "client": "query-A"},
+         "client": "query-A", "instance": None},
         {"topic": "t", "partition": 1, "committed": None, "end": 2, "lag": None, "member": None,
-         "client": None}]
-    assert s.committed == {("t", 0): 3}
-    assert s.assignment() == {"m-1": (("t", 0),)}
+         "client": None, "instance": None},
+        {"topic": "t", "partition": 2, "committed": 1, "end": 1, "lag": 0, "member": "m-2",
+         "client": "query-B", "instance": "etl-B"}]
+    assert s.committed == {("t", 0): 3, ("t", 2): 1}
+    assert s.assignment() == {"m-1": (("t", 0),), "m-2": (("t", 2),)}
 
 
 class FakeCoordinator:
@@ -70,19 +73,20 @@ class FakeCoordinator:
         return SimpleNamespace(groups=[group])
 
 
-def member(member_id, client_id, partitions):
+def member(member_id, client_id, partitions, instance_id=None):
     return SimpleNamespace(member_id=member_id, client_id=client_id, client_host="/10.0.0.1",
+                           group_instance_id=instance_id,
                            member_assignment=Assignment(tuple(partitions)).encode())
 
 
 def test_describe_decodes_assignments_and_asks_for_no_authorized_operations():
-    client = FakeCoordinator((NO_ERROR, [member("b-2", "query-B", [("t", 2), ("t", 3)]),
+    client = FakeCoordinator((NO_ERROR, [member("b-2", "query-B", [("t", 2), ("t", 3)], "etl-B"),
                                          member("a-1", "query-A", [("t", 0), ("t", 1)])]))
     node, (state, assignor, members) = status._describe(client, "g")
     assert node == 1   # the coordinator: OffsetFetch goes there next
     assert (state, assignor) == ("Stable", "range")
-    assert [(m.client_id, m.partitions) for m in members] == [
-        ("query-A", (("t", 0), ("t", 1))), ("query-B", (("t", 2), ("t", 3)))]
+    assert [(m.client_id, m.partitions, m.instance_id) for m in members] == [
+        ("query-A", (("t", 0), ("t", 1)), None), ("query-B", (("t", 2), ("t", 3)), "etl-B")]
     assert client.sent[0].include_authorized_operations is False
 
 

@@ -213,3 +213,32 @@ def test_starting_offsets_json_outside_assign_is_refused():
 def test_starting_offsets_bad_word():
     message = error_of(opts(startingOffsets="beginning"))
     assert "'startingOffsets'" in message and "'beginning'" in message
+
+
+# --- static membership: kafka.group.instance.id ---------------------------------------------------
+
+def test_group_instance_id_is_read_and_unset_by_default():
+    assert stream().group.group_instance_id is None
+    o = parse_stream_options(opts(**{"kafka.group.id": "g",
+                                     "kafka.group.instance.id": " etl-A.1_x "}))
+    assert o.group.group_instance_id == "etl-A.1_x"
+
+
+@pytest.mark.parametrize("value, what", [
+    ("  ", "is empty"),
+    ("query 1", "letters, digits"),
+    ("q/1", "letters, digits"),
+    ("x" * 250, "1 to 249"),
+    ("..", "not '.' or '..'"),
+])
+def test_bad_group_instance_id_names_the_option_and_what_is_valid(value, what):
+    message = error_of(opts(**{"kafka.group.id": "g", "kafka.group.instance.id": value}))
+    assert "'kafka.group.instance.id'" in message and what in message
+
+
+def test_group_instance_id_needs_a_group_id_and_a_subscription():
+    message = error_of(opts(**{"kafka.group.instance.id": "q1"}))
+    assert "'kafka.group.instance.id'" in message and "'kafka.group.id'" in message
+    message = error_of({"kafka.bootstrap.servers": "h:1", "assign": '{"events":[0]}',
+                        "kafka.group.id": "g", "kafka.group.instance.id": "q1"})
+    assert "'kafka.group.instance.id'" in message and "'subscribe'" in message

@@ -26,7 +26,8 @@ from kafka_source.group.member import GroupMember
 from kafka_source.read.stream import KafkaStreamReader, decode_offsets, encode_offsets
 
 from .fake_cluster import FakeCluster, FakeLog, unreachable
-from .fake_coordinator import NONE, OFFSET_COMMIT, FakeCoordinator, RawMember
+from .fake_coordinator import (JOIN, LEAVE, NONE, OFFSET_COMMIT, STABLE, FakeCoordinator,
+                               RawMember)
 
 LEADER_NOT_AVAILABLE = 5
 
@@ -782,6 +783,78 @@ def test_triggers_go_on_while_the_coordinator_cannot_write_commits(coordinator, 
         seen = [h[tp] for h in history if tp in h]
         assert seen == sorted(seen), seen
     assert triggers >= 3
+
+
+# --- static membership (a real GroupMember against the fake coordinator) --------------------------
+
+@pytest.mark.parametrize("instance_id", [None, "query-1"])
+def test_restarted_static_query_resumes_its_partitions_without_a_rebalance(coordinator,
+                                                                           member_reader,
+                                                                           instance_id):
+    cluster = Cluster({tp: 100 for tp in T4})
+    options = {"startingOffsets": "earliest", "maxOffsetsPerTrigger": "200"}
+    if instance_id is not None:
+        options["kafka.group.instance.id"] = instance_id
+    reader = member_reader(cluster, **options)
+    spark = Spark(reader)
+    assert spark.trigger() == [("t", p, 0, 50) for p in range(4)]
+    assert spark.trigger() == [("t", p, 50, 100) for p in range(4)]
+    generation = reader.member.generation.generation_id
+    rebalances = coordinator.group(GROUP).completed_rebalances
+    reader.stop()                          # batch 1 completed; its end is not committed yet
+    assert coordinator.group(GROUP).offsets == {tp: 50 for tp in T4}
+    static = instance_id is not None
+    # A static member stays in the group, its partitions unread by anyone, until its session
+    # times out; a dynamic one leaves, and the group rebalances at once.
+    assert (coordinator.sent(LEAVE) == []) == static
+    assert (coordinator.state(GROUP) == STABLE) == static
+
+    for tp in T4:
+        cluster.set(tp, 150)
+    restarted = member_reader(cluster, **options)
+    again = Spark(restarted, start=spark.start)              # from its checkpoint
+    assert again.trigger() == [("t", p, 100, 150) for p in range(4)]
+    assert coordinator.group(GROUP).offsets == {tp: 100 for tp in T4}   # the checkpoint's end
+    assert again.trigger() is None
+    assert coordinator.group(GROUP).offsets == {tp: 150 for tp in T4}
+    member = restarted.member
+    if static:                             # the same generation: no rebalance at all
+        assert member.generation.generation_id == generation
+        assert coordinator.group(GROUP).completed_rebalances == rebalances
+        assert coordinator.group(GROUP).static_members == {instance_id:
+                                                          member.generation.member_id}
+    else:                                  # left (a rebalance to Empty), joined (another)
+        assert member.generation.generation_id == generation + 2
+        assert coordinator.group(GROUP).completed_rebalances == rebalances + 1
+
+
+def test_a_second_query_with_the_instance_id_fails_the_first_at_its_next_triggers(
+        coordinator, member_reader):
+    cluster = Cluster({tp: 100 for tp in T4})
+    reader = member_reader(cluster, startingOffsets="earliest",
+                           **{"kafka.group.instance.id": "query-1"})
+    spark = Spark(reader)
+    assert spark.trigger() == [("t", p, 0, 100) for p in range(4)]
+    second = RawMember(coordinator, GROUP, [("range", Subscription(("t",)).encode())],
+                       client_id="second-query", instance_id="query-1")
+    assert second.join().error_code == NONE            # takes the first one's place
+    synced = second.sync()
+    assert synced.error_code == NONE
+    assert Assignment.decode(bytes(synced.assignment)).partitions == tuple(T4)
+    joins = len(coordinator.sent(JOIN, client_id="query"))
+
+    with pytest.raises(OptionError) as info:
+        for _ in range(400):                           # a trigger every 5 ms, at most 2 s
+            spark.trigger()
+            time.sleep(0.005)
+    message = str(info.value)
+    assert "'kafka.group.instance.id' = 'query-1'" in message
+    assert "FENCED_INSTANCE_ID" in message and "another member" in message
+    with pytest.raises(OptionError, match="FENCED_INSTANCE_ID"):       # and it stays failed
+        reader.latestOffset(spark.start, ReadAllAvailable())
+    assert len(coordinator.sent(JOIN, client_id="query")) == joins      # it never rejoined
+    assert coordinator.group(GROUP).static_members == {"query-1": second.member_id}
+    assert second.heartbeat() == NONE
 
 
 # --- new partitions ------------------------------------------------------------------------------
