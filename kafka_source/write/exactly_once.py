@@ -56,6 +56,11 @@ Limits
     before it touches Kafka, saying so (the setting reaches the tasks as a local property;
     the driver's Python worker that makes the writer has no SparkSession to read it from).
   * A batch write (``df.write``) cannot be exactly-once: it has no checkpoint to resume from.
+  * On a cluster with an authorizer the marker's OffsetCommit needs READ on the marker group
+    and READ on the topic it is committed on (a written topic), besides the WRITE that the
+    records and transactions need: the README lists the ACLs. The driver checks the topic's
+    when the query starts (:func:`check_marker_access`), so that a missing ACL fails the query
+    then, named, rather than every micro-batch at its commit.
 """
 
 from __future__ import annotations
@@ -85,6 +90,18 @@ _COORDINATOR_RETRY = (Errors.CoordinatorLoadInProgressError, Errors.CoordinatorN
 
 class TransactionCommitError(ProduceError):
     """The transactions of an exactly-once micro-batch could not all be committed."""
+
+
+class MarkerAccessError(KafkaSourceError):
+    """The principal lacks an ACL that the marker's OffsetCommit needs: READ on the marker
+    group, or READ on the topic the marker is committed on. ``operation``, ``resource_type``
+    and ``resource_name`` name the missing ACL as ``kafka-acls.sh`` does."""
+
+    def __init__(self, message: str, *, operation: str, resource_type: str, resource_name: str):
+        super().__init__(message)
+        self.operation = operation
+        self.resource_type = resource_type
+        self.resource_name = resource_name
 
 
 def marker_group(prefix: str, query_id: str) -> str:
@@ -198,10 +215,14 @@ class MarkerStore:
                 self._node = None
                 last = exc
             except Errors.GroupAuthorizationFailedError:
-                raise KafkaSourceError(
+                raise MarkerAccessError(
                     f"Not authorized to use consumer group '{self.group}', which exactly-once "
-                    "writes use to record committed micro-batches: grant READ on groups with "
-                    "the prefix of 'kafka.transactional.id'.") from None
+                    "writes use to record committed micro-batches (the marker). Missing ACL: "
+                    f"READ on Group '{self.group}' -- grant READ on groups with the prefix of "
+                    "option 'kafka.transactional.id' (kafka-acls.sh --add --allow-principal "
+                    "User:NAME --operation Read --group PREFIX --resource-pattern-type "
+                    "prefixed).", operation="READ", resource_type="Group",
+                    resource_name=self.group) from None
             if time.monotonic() >= deadline:
                 raise KafkaSourceError(f"{what} for group '{self.group}' (the exactly-once "
                                        f"marker) did not succeed within {timeout_ms} ms "
@@ -221,9 +242,9 @@ class MarkerStore:
 
         return self._call("OffsetFetch", attempt)
 
-    def commit(self, offsets: Mapping[TopicPartition, tuple[int, str]]) -> None:
-        """Commit ``offsets`` ((topic, partition) -> (offset, metadata)) outside any group
-        generation, as a consumer using assign() does."""
+    def _commit_request(self, offsets: Mapping[TopicPartition, tuple[int, str]]):
+        """OffsetCommit of ``offsets`` outside any group generation, as a consumer using
+        assign() does."""
         from kafka.protocol.consumer import OffsetCommitRequest
 
         T = OffsetCommitRequest.OffsetCommitRequestTopic
@@ -233,10 +254,34 @@ class MarkerStore:
             by_topic.setdefault(topic, []).append(P(
                 partition_index=partition, committed_offset=offset, committed_leader_epoch=-1,
                 commit_timestamp=-1, committed_metadata=metadata))
-        request = OffsetCommitRequest(
+        return OffsetCommitRequest(
             group_id=self.group, generation_id_or_member_epoch=-1, member_id="",
             group_instance_id=None, retention_time_ms=-1,
             topics=[T(name=t, partitions=ps) for t, ps in by_topic.items()], max_version=8)
+
+    def check_commit_access(self, topic: str) -> None:
+        """:class:`MarkerAccessError` unless this principal may commit the marker on ``topic``;
+        commits nothing. Kafka authorizes an OffsetCommit -- READ on the group, READ on each
+        topic -- before it looks at the partitions, and answers UNKNOWN_TOPIC_OR_PARTITION
+        for one the topic does not have without passing anything to the group coordinator: so
+        this commits partition -1, which no topic has."""
+        request = self._commit_request({(topic, -1): (0, "")})
+
+        def attempt(node):
+            response = self.client.send(node, request)
+            for t in response.topics:
+                for p in t.partitions:
+                    err = Errors.for_code(p.error_code)
+                    if err not in (Errors.NoError, Errors.UnknownTopicOrPartitionError):
+                        self._check(err, "OffsetCommit", t.name)
+            return True
+
+        self._call("OffsetCommit", attempt)
+
+    def commit(self, offsets: Mapping[TopicPartition, tuple[int, str]]) -> None:
+        """Commit ``offsets`` ((topic, partition) -> (offset, metadata)) outside any group
+        generation, as a consumer using assign() does."""
+        request = self._commit_request(offsets)
 
         def attempt(node):
             response = self.client.send(node, request)
@@ -251,12 +296,12 @@ class MarkerStore:
                             "the broker allows (broker setting offset.metadata.max.bytes, 4096 "
                             "by default): write with fewer tasks (coalesce or repartition the "
                             "DataFrame before writeStream) or raise offset.metadata.max.bytes.")
-                    self._check(err, "OffsetCommit")
+                    self._check(err, "OffsetCommit", t.name)
             return True
 
         self._call("OffsetCommit", attempt)
 
-    def _check(self, err, what: str) -> None:
+    def _check(self, err, what: str, topic: str | None = None) -> None:
         from ..wire.client import RetriableBrokerError
 
         if err is Errors.NoError:
@@ -267,6 +312,14 @@ class MarkerStore:
             raise RetriableBrokerError(f"{what}: {err.__name__}")
         if err is Errors.GroupAuthorizationFailedError:
             raise err()
+        if err is Errors.TopicAuthorizationFailedError and topic is not None:
+            raise MarkerAccessError(
+                f"Not authorized to commit the exactly-once marker (an offset of consumer group "
+                f"'{self.group}') on topic '{topic}': Kafka authorizes OffsetCommit with READ on "
+                f"the topic as well as on the group. Missing ACL: READ on Topic '{topic}', "
+                "besides the WRITE that its records need (kafka-acls.sh --add "
+                f"--allow-principal User:NAME --operation Read --topic '{topic}').",
+                operation="READ", resource_type="Topic", resource_name=topic)
         raise KafkaSourceError(f"{what} for group '{self.group}' (the exactly-once marker) "
                                f"failed: {err.__name__} ({getattr(err, 'description', '')}).")
 
@@ -312,6 +365,32 @@ def write_exactly_once(options, columns, batches, *, query_id: str, batch_id: in
 
 
 # --- driver side --------------------------------------------------------------------------------
+
+# The marker group's query id when the query's own is not known: the driver makes the writer
+# without it (Spark gives the sink its options only; the tasks get the id).
+_STAND_IN_QUERY_ID = "00000000-0000-0000-0000-000000000000"
+
+
+def check_marker_access(options) -> None:
+    """When an exactly-once query starts: :class:`MarkerAccessError` naming the missing ACL
+    unless the principal may commit the marker on the ``topic`` option's topic (READ on it),
+    instead of failing every micro-batch at its commit.
+
+    The check commits nothing (:meth:`MarkerStore.check_commit_access`) for a stand-in of the
+    marker group -- the prefix and a query id of zeros -- which READ on groups with the
+    prefix covers, as the README asks. A principal whose READ is on this query's own group
+    only (a literal ACL) is not denied for that: then only a warning says the topic could not
+    be checked."""
+    prefix = options.transactional_id_prefix
+    with MarkerStore(options.client_config, marker_group(prefix, _STAND_IN_QUERY_ID)) as store:
+        try:
+            store.check_commit_access(options.topic)
+        except MarkerAccessError as exc:
+            if exc.resource_type != "Group":
+                raise
+            log.warning("Could not check that this principal may commit the exactly-once "
+                        "marker on topic '%s' (READ on it): %s If READ is granted on this "
+                        "query's own group only, this warning is expected.", options.topic, exc)
 
 def _written(messages) -> list:
     """(task, handle) of every task that left a transaction to commit, by task."""

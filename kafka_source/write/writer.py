@@ -59,6 +59,31 @@ def _check_topic_exists(options: SinkOptions) -> None:
     _TOPICS_SEEN[seen_key] = time.monotonic()
 
 
+# Exactly-once sinks whose marker commit was found to be authorized, by cluster, principal,
+# transactional id prefix and topic, with when (as _TOPICS_SEEN).
+_MARKER_ACCESS_SEEN: dict[tuple[str, str, str, str], float] = {}
+
+
+def _check_marker_access(options: SinkOptions) -> None:
+    """MarkerAccessError now, on the driver, if the principal may not commit the exactly-once
+    marker on the ``topic`` option's topic (:func:`.exactly_once.check_marker_access`): Kafka
+    wants READ on that topic, which writing alone does not need. With a ``topic`` column the
+    marker's topic is one of those a micro-batch writes, known at its commit only: a missing
+    ACL then fails that commit, naming it."""
+    if not options.exactly_once or options.topic is None:
+        return
+    from .exactly_once import check_marker_access
+
+    config = options.client_config
+    key = (str(config.get("bootstrap_servers")), str(config.get("sasl_plain_username")),
+           options.transactional_id_prefix, options.topic)
+    seen = _MARKER_ACCESS_SEEN.get(key)
+    if seen is not None and time.monotonic() - seen < _TOPIC_CHECK_VALID_S:
+        return
+    check_marker_access(options)
+    _MARKER_ACCESS_SEEN[key] = time.monotonic()
+
+
 def make_writer(options: Mapping[str, str], schema, overwrite: bool, *, streaming: bool):
     """The writer of ``DataSource.writer`` / ``streamWriter``; every check that needs no task."""
     if overwrite and not streaming:
@@ -68,6 +93,7 @@ def make_writer(options: Mapping[str, str], schema, overwrite: bool, *, streamin
     columns = check_schema(schema, parsed.topic)
     _check_topic_exists(parsed)
     if streaming:
+        _check_marker_access(parsed)
         # overwrite here is Spark's "complete" output mode: as in Spark's Kafka sink, every row
         # of each micro-batch is appended (a topic can't be truncated).
         return KafkaStreamWriter(parsed, columns)
