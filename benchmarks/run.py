@@ -1,5 +1,6 @@
-"""Benchmark: pykafka against Spark's own JVM Kafka source and plain Kafka client loops, on the
-same broker and topics, in one run.
+"""Benchmark: pykafka against a Python source without Kafka (the floor), Spark's own JVM Kafka
+source and plain Kafka client loops, on the same brokers (Kafka 4.0 and 2.2) and topics, in one
+run.
 
     make bench                                  # default sizes (see --help)
     make bench BENCH_ARGS="--quick"             # a small smoke run
@@ -7,15 +8,21 @@ same broker and topics, in one run.
 
 What it does:
 
-1. Selects a broker (:func:`select_bench_broker`): ``KAFKA_BOOTSTRAP_SERVERS``; else a real
-   Apache Kafka started from ``KAFKA_HOME`` or ``../shared/kafka``; else what
-   ``kafka_source.testing.select_broker()`` finds (Docker, or the embedded Tansu broker, whose
-   figures are indicative only -- said loudly in the report).
-2. Creates one topic per workload (``bench-1m-100b-4p-lz4`` ...) and fills it with exactly
-   ``--records`` records of ``--size`` bytes, spread evenly over ``--partitions`` partitions, using
-   confluent-kafka's producer with the workload's compression codec. A topic that already exists
-   with exactly those records is reused; one that does not match is left alone and a new name
-   (``...-2``) is used.
+1. Starts each Kafka of ``--brokers`` (default ``4.0,2.2``) in turn from a local distribution
+   (:func:`broker_plan`): 4.0 in KRaft mode from ``KAFKA_HOME`` or ``../shared/kafka``, 2.2 in
+   ZooKeeper mode from ``KAFKA_ZK_HOME`` or ``../shared/kafka22``; everything below runs on each,
+   one after the other, and every figure says which broker it is from. ``KAFKA_BOOTSTRAP_SERVERS``
+   (or ``PYKAFKA_TEST_BROKER``) instead runs once on that broker; with no distribution at all,
+   ``kafka_source.testing.select_broker()`` (Docker, or the embedded Tansu broker, whose figures
+   are indicative only -- said loudly in the report).
+2. Creates one topic per workload and value kind (``bench-1m-100b-4p-lz4``,
+   ``bench-1m-100b-4p-lz4-json`` ...) and fills it with exactly ``--records`` records of ``--size``
+   bytes, spread evenly over ``--partitions`` partitions, using confluent-kafka's producer with the
+   workload's compression codec. ``--values`` (default ``random,json``): the poorly-compressible
+   JSON-like text with random numbers and words, and JSON events that lz4 shrinks 6-9x
+   (``payloads.py``). A topic that already exists with exactly those records is reused; one that
+   does not match is left alone and a new name (``...-2``) is used. The report lists each topic's
+   size on disk.
 3. Measures per workload, each reader as the median of ``--runs`` runs after one warm-up:
    pykafka at ``local[1]`` and ``local[2]`` (``count(*), sum(length(value))``; wall time of
    ``load()`` + the action, session already running), a plain confluent-kafka consumer loop
@@ -23,19 +30,25 @@ What it does:
    each; consumer creation included).
 4. Memory: one partition of ~1 GB (``--memory-records`` x ``--memory-size``) read by pykafka at
    ``local[1]``; peak RSS of the executor's Python worker processes, against 512 MB.
-5. Against Spark's JVM Kafka source (``../shared/anchors/spark-jvm-kafka/run``, when it is
-   there; the report says so when it is not), at ``local[2]``, plain and tuned, on the same
-   topics: batch reads of the ``lz4`` and ``none`` workloads and of the 1 GB partition, and
-   AvailableNow streams into the noop sink with ``maxOffsetsPerTrigger`` 20,000 and 100,000 over
-   the ``none`` workload (the issue's five workloads); ratios pykafka / JVM.
+5. The comparison table, at ``local[2]``, on the issue's five workloads (``--workloads``): batch
+   reads of the ``lz4`` and ``none`` workloads and of the 1 GB partition, AvailableNow streams into
+   the noop sink with ``maxOffsetsPerTrigger`` 20,000 and 100,000 over the ``none`` workload. Side
+   by side: the floor (``floor_source.py``: a Python data source without Kafka that yields
+   pykafka's schema and rows in as many input partitions, read with the same query: PySpark's own
+   cost of a Python source), pykafka, and Spark's JVM Kafka source
+   (``../shared/anchors/spark-jvm-kafka/run``, when it is there; the report says so when it is
+   not) plain and tuned (``--jvm-variants``), run after pykafka's session stopped; ratios
+   pykafka / floor and pykafka / JVM. Streams also report their start-up: from ``start()`` to the
+   end of the first trigger (pykafka and the floor; the JVM anchor does not report it).
 6. Idle trigger: the driver-side cost of a micro-batch trigger with no new data
-   (``latestOffset`` + ``partitions``), against 50 ms.
-7. Write throughput (``write_bench.py``): pykafka's sink (``df.write.format("pykafka")``) at
-   ``local[2]`` against a plain confluent-kafka producer loop (plain and idempotent) and a
-   kafka-python producer loop, ``--records`` x ``--size`` B to a fresh ``--partitions`` topic per
-   run, codecs ``--write-codecs`` (none, lz4); every run's records counted from the topic's end
-   offsets and read back. ``--only write`` runs just this part, ``--only read`` skips it.
-8. Prints a table and PASS/FAIL lines for the targets, writes JSON to
+   (``latestOffset`` + ``partitions``), against 50 ms, on each broker.
+7. Write throughput (``write_bench.py``), on the first broker only: pykafka's sink
+   (``df.write.format("pykafka")``) at ``local[2]`` against a plain confluent-kafka producer loop
+   (plain and idempotent) and a kafka-python producer loop, ``--records`` x ``--size`` B to a
+   fresh ``--partitions`` topic per run, codecs ``--write-codecs`` (none, lz4); every run's
+   records counted from the topic's end offsets and read back. ``--only write`` runs just this
+   part, ``--only read`` skips it.
+8. Prints the tables and PASS/FAIL lines for the targets, writes JSON to
    ``benchmarks/results/<timestamp>.json`` (and ``--json PATH``).
 
 Exit status is non-zero only on a correctness failure (a reader returned the wrong number of
@@ -51,13 +64,14 @@ import datetime as dt
 import json
 import os
 import platform
-import random
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,7 +81,9 @@ sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(1, str(HERE))
 
 from procmon import ProcessMonitor  # noqa: E402
+import floor_source  # noqa: E402
 import jvm_anchor  # noqa: E402
+from payloads import VALUE_KINDS, value_pool  # noqa: E402
 import write_bench  # noqa: E402
 from report import fmt, print_grouped_table  # noqa: E402
 
@@ -88,6 +104,14 @@ ANCHOR_MASTER = "local[2]"
 TANSU_NOTE = ("INDICATIVE ONLY: the embedded Tansu broker shares the cores with Spark and the "
               "clients and is not Kafka; set KAFKA_BOOTSTRAP_SERVERS or KAFKA_HOME for real figures")
 STREAM_LIMITS = (20_000, 100_000)     # maxOffsetsPerTrigger of the stream workloads
+ANCHOR_WORKLOADS = ("batch-lz4", "batch-none", "batch-1partition", "stream-20k", "stream-100k")
+JVM_VARIANTS = ("plain", "tuned")
+FLOOR = "floor"
+# The brokers of --brokers: version -> (where its distribution is looked for, ZooKeeper mode).
+BROKER_VERSIONS = ("4.0", "2.2")
+SHARED = REPO_ROOT.parent / "shared"
+STARTUP_NOTE = ("Spark's JVM source: not reported (the anchor prints only its total times, "
+                "../shared/anchors/spark-jvm-kafka/read.py)")
 
 
 def log(msg: str) -> None:
@@ -112,14 +136,18 @@ class Workload:
     records: int
     size: int
     partitions: int
+    values: str = "random"  # payloads.VALUE_KINDS
+    broker: str = ""        # the broker's label ("4.0", "2.2", ...)
     topic: str = ""
     counts: dict[int, int] = field(default_factory=dict)   # partition -> records
     produced_s: float | None = None                          # None: topic reused
+    log_bytes: int | None = None                             # size on disk (DescribeLogDirs)
 
     @property
     def base_topic(self) -> str:
+        kind = "" if self.values == "random" else f"-{self.values}"
         return (f"bench-{count_label(self.records)}-{self.size}b-{self.partitions}p-"
-                f"{self.codec}")
+                f"{self.codec}{kind}")
 
     @property
     def value_bytes(self) -> int:
@@ -127,29 +155,6 @@ class Workload:
 
     def ending_offsets(self) -> str:
         return json.dumps({self.topic: {str(p): n for p, n in self.counts.items()}})
-
-
-def payload_pool(size: int, count: int, seed: int = 20260101) -> list[bytes]:
-    """``count`` distinct JSON-like values of exactly ``size`` bytes: random numbers and words,
-    so that codecs compress them about as well as real event data (not all zeros)."""
-    rnd = random.Random(seed)
-    words = ("view click cart buy search home product checkout login logout mobile web "
-             "desktop promo email banner organic paid referral direct sale return refund "
-             "gift card shipped pending delivered cancelled premium basic trial").split()
-    pool = []
-    for i in range(count):
-        head = ('{"id":%d,"user":"u%06d","amount":%d.%02d,"kind":"%s","sid":"%012x","note":"'
-                % (i, rnd.randrange(1_000_000), rnd.randrange(10_000), rnd.randrange(100),
-                   rnd.choice(words), rnd.getrandbits(48)))
-        body = [head]
-        length = len(head)
-        while length < size:
-            w = rnd.choice(words) if rnd.random() < 0.7 else str(rnd.randrange(100_000))
-            body.append(w + " ")
-            length += len(w) + 1
-        value = "".join(body).encode()[: max(0, size - 2)] + b'"}'
-        pool.append(value[-size:] if len(value) > size else value.ljust(size, b" "))
-    return pool
 
 
 def topic_matches(bootstrap: str, w: Workload, topic: str) -> tuple[bool, str]:
@@ -208,7 +213,7 @@ def produce(bootstrap: str, w: Workload) -> float:
     """Write exactly ``w.counts[p]`` records to each partition p; returns seconds."""
     from confluent_kafka import Producer
 
-    pool = payload_pool(w.size, min(w.records, max(1, (16 << 20) // w.size), 16_384))
+    pool = value_pool(w.values, w.size, min(w.records, max(1, (16 << 20) // w.size), 16_384))
     errors: list[str] = []
 
     def on_delivery(err, _msg):
@@ -259,6 +264,7 @@ def prepare_topic(bootstrap: str, w: Workload, existing: set[str]) -> None:
             ok, why = topic_matches(bootstrap, w, name)
             if ok:
                 w.topic = name
+                w.log_bytes = topic_log_bytes(bootstrap, w)
                 log(f"topic {name}: exists with {w.records:,} records, reused")
                 return
             log(f"topic {name}: exists but does not match ({why}); trying another name")
@@ -270,10 +276,26 @@ def prepare_topic(bootstrap: str, w: Workload, existing: set[str]) -> None:
         ok, why = topic_matches(bootstrap, w, name)
         if not ok:
             raise RuntimeError(f"topic {name} after producing: {why}")
+        w.log_bytes = topic_log_bytes(bootstrap, w)
         log(f"topic {name}: produced in {w.produced_s:.1f} s "
-            f"({w.records / w.produced_s:,.0f} records/s)")
+            f"({w.records / w.produced_s:,.0f} records/s), {compression_text(w)}")
         return
     raise RuntimeError(f"no usable topic name for {w.base_topic}")
+
+
+def topic_log_bytes(bootstrap: str, w: Workload) -> int | None:
+    """The topic's size on the broker's disk, or None when the broker does not say."""
+    try:
+        return write_bench.topic_facts(bootstrap, w.topic, w.partitions)["log_bytes"]
+    except Exception:  # noqa: BLE001 - informative only
+        return None
+
+
+def compression_text(w: Workload) -> str:
+    if not w.log_bytes:
+        return "size on disk unknown"
+    return (f"{w.value_bytes / MB:,.1f} MB of values, {w.log_bytes / MB:,.1f} MB on disk "
+            f"({w.value_bytes / w.log_bytes:.1f}x)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -295,9 +317,7 @@ def summarize(reader: str, w: Workload, warmup: list[float], runs: list[float],
               rss: list[float], **extra) -> dict:
     median = statistics.median(runs)
     return {
-        "reader": reader, "workload": w.name, "topic": w.topic, "codec": w.codec,
-        "records": w.records, "record_size": w.size, "partitions": w.partitions,
-        "value_bytes": w.value_bytes,
+        **workload_fields(reader, w),
         "warmup_s": [round(s, 4) for s in warmup], "runs_s": [round(s, 4) for s in runs],
         "median_s": round(median, 4),
         "records_per_s": round(w.records / median, 1),
@@ -344,34 +364,68 @@ def start_spark(master: str):
              .config("spark.driver.host", "127.0.0.1")
              .config("spark.driver.bindAddress", "127.0.0.1")
              .config("spark.sql.warehouse.dir", warehouse)
+             # A stream's records and start-up are read from its progress reports: keep them all.
+             .config("spark.sql.streaming.numRecentProgressUpdates", "10000")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     kafka_source.register(spark)
+    # The floor, in this session only (its module is on the workers' PYTHONPATH, see main()).
+    spark.dataSource.register(floor_source.FloorDataSource)
     return spark
 
 
-def spark_read_once(spark, bootstrap: str, w: Workload, extra_options: dict) -> float:
-    t0 = time.perf_counter()
-    reader = (spark.read.format("pykafka")
-              .option("kafka.bootstrap.servers", bootstrap)
-              .option("subscribe", w.topic)
-              .option("startingOffsets", "earliest")
-              .option("endingOffsets", w.ending_offsets()))
-    for k, v in extra_options.items():
-        reader = reader.option(k, v)
-    row = reader.load().selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()[0]
-    elapsed = time.perf_counter() - t0
-    check(w, "pykafka", row["n"], row["b"])
-    return elapsed
+def pykafka_options(bootstrap: str, w: Workload, extra_options: dict) -> dict:
+    return {"kafka.bootstrap.servers": bootstrap, "subscribe": w.topic,
+            "startingOffsets": "earliest", "endingOffsets": w.ending_offsets(), **extra_options}
+
+
+def floor_options(spark, w: Workload, args) -> dict:
+    return floor_source.floor_options(w.topic, w.counts, w.size,
+                                      spark.sparkContext.defaultParallelism,
+                                      args.floor_batch_bytes, args.extra_options)
+
+
+def scan_tasks(spark, group: str) -> int | None:
+    """Input partitions of the query run in job group ``group``: the tasks of its largest stage
+    (the scan; the final aggregation has one)."""
+    tracker = spark.sparkContext.statusTracker()
+    tasks = []
+    for job in tracker.getJobIdsForGroup(group):
+        info = tracker.getJobInfo(job)
+        for stage in (info.stageIds if info else ()):
+            stage_info = tracker.getStageInfo(stage)
+            if stage_info is not None:
+                tasks.append(stage_info.numTasks)
+    return max(tasks) if tasks else None
+
+
+def spark_read_once(spark, source_format: str, options: dict, w: Workload,
+                    reader: str) -> tuple[float, int | None]:
+    """``count(*), sum(length(value))`` of a batch read: (seconds of load() + the action, its
+    input partitions)."""
+    sc = spark.sparkContext
+    group = f"bench-{uuid.uuid4().hex[:12]}"
+    sc.setJobGroup(group, reader)
+    try:
+        t0 = time.perf_counter()
+        row = (spark.read.format(source_format).options(**options).load()
+               .selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()[0])
+        elapsed = time.perf_counter() - t0
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    check(w, reader, row["n"], row["b"])
+    return elapsed, scan_tasks(spark, group)
 
 
 def measure_spark(spark, master: str, monitor: ProcessMonitor, bootstrap: str, w: Workload,
                   runs: int, warmups: int, extra_options: dict) -> dict:
     times, rss, total, jvm = [], [], [], []
     reset_ok = True
+    options = pykafka_options(bootstrap, w, extra_options)
     for _ in range(warmups + runs):
         reset_ok = monitor.reset() and reset_ok
-        times.append(spark_read_once(spark, bootstrap, w, extra_options))
+        elapsed, tasks = spark_read_once(spark, "pykafka", options, w, "pykafka")
+        times.append(elapsed)
         peaks = monitor.peaks_mb()
         rss.append(peaks.get("executor", 0.0))
         total.append(peaks.get("executor_total", 0.0))
@@ -380,50 +434,77 @@ def measure_spark(spark, master: str, monitor: ProcessMonitor, bootstrap: str, w
                      rss_of="largest executor Python worker (pyspark.daemon and its forks)",
                      executor_sum_of_peaks_mb=round(max(total[warmups:]), 1),
                      jvm_peak_rss_mb=round(max(jvm[warmups:]), 1),
-                     rss_reset_ok=reset_ok, options=extra_options or None)
+                     rss_reset_ok=reset_ok, options=extra_options or None,
+                     input_partitions=tasks)
+
+
+def measure_floor(spark, w: Workload, runs: int, warmups: int, args) -> dict:
+    """The floor's batch read of ``w``'s rows (no Kafka), timed as pykafka's."""
+    options = floor_options(spark, w, args)
+    times = []
+    for _ in range(warmups + runs):
+        elapsed, tasks = spark_read_once(spark, floor_source.FLOOR_NAME, options, w, FLOOR)
+        times.append(elapsed)
+    return summarize(f"{FLOOR} {ANCHOR_MASTER}", w, times[:warmups], times[warmups:], [],
+                     input_partitions=tasks, batch_bytes=args.floor_batch_bytes)
 
 
 # ---------------------------------------------------------------------------------------------
-# Streams, and Spark's JVM Kafka source on the same topics
+# Streams; the comparison with the floor and Spark's JVM Kafka source on the same topics
 # ---------------------------------------------------------------------------------------------
 
-def spark_stream_once(spark, bootstrap: str, w: Workload, max_offsets: int) -> tuple[float, int]:
+def progress_time(progress: dict, key: str = "triggerExecution") -> float:
+    """Wall-clock time (epoch seconds) at which a progress report's trigger ended."""
+    started = dt.datetime.strptime(progress["timestamp"], "%Y-%m-%dT%H:%M:%S.%fZ")
+    return (started.replace(tzinfo=dt.timezone.utc).timestamp()
+            + progress["durationMs"].get(key, 0) / 1000)
+
+
+def spark_stream_once(spark, source_format: str, options: dict, w: Workload, max_offsets: int,
+                      reader: str) -> dict:
     """An AvailableNow stream over the whole topic into the noop sink, as the JVM anchor runs
-    it: (seconds from start() to termination, micro-batches with data)."""
+    it: seconds from load() to termination, micro-batches with data, and the start-up: from
+    ``start()`` to the end of the first trigger (from Spark's progress report of batch 0)."""
     checkpoint = tempfile.mkdtemp(prefix="pykafka-bench-ckpt-")
-    t0 = time.perf_counter()
-    query = (spark.readStream.format("pykafka")
-             .option("kafka.bootstrap.servers", bootstrap)
-             .option("subscribe", w.topic)
-             .option("startingOffsets", "earliest")
-             .option("maxOffsetsPerTrigger", str(max_offsets))
-             .load().selectExpr("length(value) AS n")
-             .writeStream.format("noop").option("checkpointLocation", checkpoint)
-             .trigger(availableNow=True).start())
-    query.awaitTermination()
-    elapsed = time.perf_counter() - t0
+    try:
+        t0 = time.perf_counter()
+        writer = (spark.readStream.format(source_format).options(**options)
+                  .option("maxOffsetsPerTrigger", str(max_offsets))
+                  .load().selectExpr("length(value) AS n")
+                  .writeStream.format("noop").option("checkpointLocation", checkpoint)
+                  .trigger(availableNow=True))
+        started = time.time()
+        query = writer.start()
+        query.awaitTermination()
+        elapsed = time.perf_counter() - t0
+    finally:
+        shutil.rmtree(checkpoint, ignore_errors=True)
     if query.exception() is not None:
         raise RuntimeError(str(query.exception()))
     progress = query.recentProgress
     records = sum(p["numInputRows"] for p in progress)
-    check(w, f"pykafka stream (maxOffsetsPerTrigger={max_offsets})", records, None)
-    return elapsed, len([p for p in progress if p["numInputRows"] > 0])
+    check(w, f"{reader} stream (maxOffsetsPerTrigger={max_offsets})", records, None)
+    first = next((p for p in progress if p["batchId"] == 0), None)
+    return {"seconds": elapsed, "batches": len([p for p in progress if p["numInputRows"] > 0]),
+            "startup_s": None if first is None else progress_time(first) - started}
 
 
-def measure_spark_stream(spark, bootstrap: str, w: Workload, max_offsets: int, runs: int,
-                         warmups: int) -> dict:
-    times, batches = [], []
-    for _ in range(warmups + runs):
-        elapsed, n = spark_stream_once(spark, bootstrap, w, max_offsets)
-        times.append(elapsed)
-        batches.append(n)
-    return summarize(f"pykafka {ANCHOR_MASTER}", w, times[:warmups], times[warmups:], [],
-                     micro_batches=batches[-1], max_offsets_per_trigger=max_offsets)
+def measure_stream(spark, source_format: str, options: dict, w: Workload, max_offsets: int,
+                   runs: int, warmups: int, reader: str) -> dict:
+    outs = [spark_stream_once(spark, source_format, options, w, max_offsets, reader)
+            for _ in range(warmups + runs)]
+    times = [o["seconds"] for o in outs]
+    startups = [o["startup_s"] for o in outs[warmups:] if o["startup_s"] is not None]
+    return summarize(f"{reader} {ANCHOR_MASTER}", w, times[:warmups], times[warmups:], [],
+                     micro_batches=outs[-1]["batches"], max_offsets_per_trigger=max_offsets,
+                     startup_s=round(statistics.median(startups), 3) if startups else None,
+                     startup_runs_s=[round(s, 3) for s in startups],
+                     startup_measured="start() to the end of the first trigger")
 
 
 @dataclass
 class AnchorWorkload:
-    """One of the issue's five workloads, read by pykafka and by Spark's JVM source."""
+    """One of the issue's five workloads, read by the floor, pykafka and Spark's JVM source."""
 
     name: str                      # "batch-lz4", "stream-20k", ...
     mode: str                      # "batch" | "stream"
@@ -439,9 +520,16 @@ class AnchorWorkload:
             return f"stream, AvailableNow, maxOffsetsPerTrigger={self.max_offsets:,} ({what})"
         return f"batch, {what}"
 
+    @property
+    def floor_key(self) -> tuple:
+        """The floor's rows do not depend on the codec, the values or the broker."""
+        w = self.workload
+        return (self.mode, tuple(sorted(w.counts.items())), w.size, self.max_offsets)
+
 
 def anchor_workloads(workloads: list[Workload], big: Workload | None,
-                     limits: tuple[int, ...]) -> list[AnchorWorkload]:
+                     limits: tuple[int, ...], only: tuple[str, ...] | None = None
+                     ) -> list[AnchorWorkload]:
     by_codec = {w.codec: w for w in workloads}
     out = [AnchorWorkload(f"batch-{c}", "batch", by_codec[c]) for c in ("lz4", "none")
            if c in by_codec]
@@ -450,47 +538,83 @@ def anchor_workloads(workloads: list[Workload], big: Workload | None,
     if "none" in by_codec:
         out += [AnchorWorkload(f"stream-{count_label(n)}", "stream", by_codec["none"], n)
                 for n in limits]
-    return out
+    return [a for a in out if only is None or a.name in only]
 
 
 def compare_with_jvm(spark, bootstrap: str, todo: list[AnchorWorkload], results: list[dict],
-                     args, guarded) -> list[dict]:
-    """pykafka's figures for the anchor workloads (reusing the codec runs at local[2])."""
+                     args, guarded, floors: dict) -> list[dict]:
+    """The floor's and pykafka's figures for the anchor workloads (reusing pykafka's codec runs
+    at local[2]; one floor measurement per distinct set of rows, in ``floors``)."""
     rows = []
     for a in todo:
+        w = a.workload
+        floor = None
+        if args.floor == "on":
+            floor = floors.get(a.floor_key)
+            if floor is not None:
+                log(f"floor {ANCHOR_MASTER}: {a.name}: the same rows as its {floor['workload']} "
+                    "runs above")
+                floor = {**floor, "same_rows_as": f"{floor['values']} {floor['workload']}"}
+            else:
+                log(f"floor {ANCHOR_MASTER}: {a.name} ({args.warmups} warm-up + {args.runs} "
+                    "runs)")
+                if a.mode == "batch":
+                    floor = guarded(f"floor {a.name}", measure_floor, spark, w, args.runs,
+                                    args.warmups, args)
+                else:
+                    floor = guarded(f"floor {a.name}", measure_stream, spark,
+                                    floor_source.FLOOR_NAME, floor_options(spark, w, args), w,
+                                    a.max_offsets, args.runs, args.warmups, FLOOR)
+                if floor:
+                    log(f"  {floor['records_per_s']:,.0f} records/s, median "
+                        f"{floor['median_s']:.3f} s")
+                    floors[a.floor_key] = floor
+                else:
+                    floor = failed_row(f"{FLOOR} {ANCHOR_MASTER}", w, "see the log")
         if a.mode == "batch":
             row = next((r for r in results if r["reader"] == f"pykafka {ANCHOR_MASTER}"
-                        and r["topic"] == a.workload.topic and r.get("median_s")), None)
+                        and r["topic"] == w.topic and r["broker"] == w.broker
+                        and r.get("median_s")), None)
             if row is not None:
-                log(f"pykafka {ANCHOR_MASTER}: {a.name}: the {a.workload.name} runs above")
+                log(f"pykafka {ANCHOR_MASTER}: {a.name} ({w.values}): the {w.name} runs above")
             else:
-                log(f"pykafka {ANCHOR_MASTER}: {a.name} ({args.warmups} warm-up + {args.runs} "
-                    "runs)")
+                log(f"pykafka {ANCHOR_MASTER}: {a.name} ({w.values}, {args.warmups} warm-up + "
+                    f"{args.runs} runs)")
                 row = guarded(f"pykafka {a.name}", measure_spark, spark, ANCHOR_MASTER,
-                              _NoMonitor(), bootstrap, a.workload, args.runs, args.warmups,
+                              _NoMonitor(), bootstrap, w, args.runs, args.warmups,
                               args.extra_options)
         else:
-            log(f"pykafka {ANCHOR_MASTER}: {a.name} ({args.warmups} warm-up + {args.runs} runs)")
-            row = guarded(f"pykafka {a.name}", measure_spark_stream, spark, bootstrap,
-                          a.workload, a.max_offsets, args.runs, args.warmups)
+            log(f"pykafka {ANCHOR_MASTER}: {a.name} ({w.values}, {args.warmups} warm-up + "
+                f"{args.runs} runs)")
+            options = {"kafka.bootstrap.servers": bootstrap, "subscribe": w.topic,
+                       "startingOffsets": "earliest", **args.extra_options}
+            row = guarded(f"pykafka {a.name}", measure_stream, spark, "pykafka", options, w,
+                          a.max_offsets, args.runs, args.warmups, "pykafka")
         if row:
-            log(f"  {row['records_per_s']:,.0f} records/s, median {row['median_s']:.3f} s")
+            log(f"  {row['records_per_s']:,.0f} records/s, median {row['median_s']:.3f} s"
+                + (f", start-up {row['startup_s']:.2f} s" if row.get("startup_s") else ""))
         else:
-            row = failed_row(f"pykafka {ANCHOR_MASTER}", a.workload, "see the log")
-        rows.append({"workload": a.name, "label": a.label, "mode": a.mode,
-                     "topic": a.workload.topic, "max_offsets_per_trigger": a.max_offsets,
-                     "pykafka": row})
+            row = failed_row(f"pykafka {ANCHOR_MASTER}", w, "see the log")
+        rows.append({"broker": w.broker, "values": w.values, "workload": a.name,
+                     "label": a.label, "mode": a.mode, "topic": w.topic,
+                     "max_offsets_per_trigger": a.max_offsets, "floor": floor, "pykafka": row})
     return rows
 
 
 def run_jvm(path, bootstrap: str, todo: list[AnchorWorkload], rows: list[dict], args,
             guarded) -> None:
-    """The JVM source, plain and tuned, on the same topics (after pykafka's session stopped)."""
+    """The JVM source (``--jvm-variants``: plain, tuned) on the same topics, after pykafka's
+    session stopped."""
     for a, row in zip(todo, rows):
-        for tuned in (False, True):
+        if args.jvm_workloads is not None and a.name not in args.jvm_workloads:
+            continue
+        for variant in args.jvm_variants:
+            tuned = variant == "tuned"
             key = "jvm_tuned" if tuned else "jvm"
-            log(f"Spark JVM Kafka source{' (tuned)' if tuned else ''}: {a.name}")
-            out = guarded(f"JVM {key} {a.name}", jvm_anchor.run_anchor, path,
+            log(f"Spark JVM Kafka source{' (tuned)' if tuned else ''}: {a.name} "
+                f"({a.workload.values})")
+            out = guarded(f"JVM {key} {a.workload.broker} {a.workload.values} {a.name}",
+                          jvm_anchor.run_anchor, path,
                           bootstrap=bootstrap, topic=a.workload.topic, mode=a.mode,
                           runs=args.runs, master=ANCHOR_MASTER,
                           max_offsets_per_trigger=a.max_offsets, tuned=tuned)
@@ -507,7 +631,7 @@ def run_jvm(path, bootstrap: str, todo: list[AnchorWorkload], rows: list[dict], 
 def add_jvm_ratios(rows: list[dict]) -> None:
     for row in rows:
         mine = (row.get("pykafka") or {}).get("records_per_s")
-        for key in ("jvm", "jvm_tuned"):
+        for key in ("floor", "jvm", "jvm_tuned"):
             theirs = (row.get(key) or {}).get("records_per_s")
             row[f"ratio_vs_{key}"] = round(mine / theirs, 3) if mine and theirs else None
 
@@ -522,37 +646,53 @@ class _NoMonitor:
         return {}
 
 
-def print_jvm_table(rows: list[dict], note: str | None) -> None:
-    print(f"pykafka vs Spark's JVM Kafka source (spark-sql-kafka-0-10 4.0.0), {ANCHOR_MASTER}, "
-          "same broker and topics, records/s (MB/s):")
-    if note:
-        print(f"  {note}")
+def print_jvm_table(rows: list[dict], note: str | None, floor_note: str | None) -> None:
+    print(f"pykafka vs the floor (a Python source without Kafka, {floor_source.FLOOR_NAME}) and "
+          f"Spark's JVM Kafka source (spark-sql-kafka-0-10 4.0.0), {ANCHOR_MASTER}, the same "
+          "topics on each broker; records/s (MB/s):")
+    for text in (note, floor_note):
+        if text:
+            print(f"  {text}")
+    if not rows:
         return
-    header = ("workload", "pykafka", "JVM", "JVM tuned", "vs JVM", "vs tuned")
+    header = ("broker", "values", "workload", "floor", "pykafka", "JVM", "JVM tuned",
+              "pk/floor", "pk/JVM", "pk/tuned")
 
-    def cell(r, mb=None):
+    def cell(r, mb: bool):
         if not r or r.get("records_per_s") is None:
             return "FAILED" if r is not None else "-"
+        seconds = r.get("median_s") or r.get("seconds_median")
         text = f"{r['records_per_s']:,.0f}"
-        return text + (f" ({mb:.0f})" if mb else "")
+        if not (mb and seconds):
+            return text
+        mbps = r["records"] * size / MB / seconds
+        return text + f" ({mbps:.{0 if mbps >= 10 else 1}f})"
 
     table = []
     for row in rows:
-        w_bytes = row["pykafka"]["value_bytes"] if row.get("pykafka") else None
-        def mbps(r):
-            return (w_bytes / MB / (r.get("median_s") or r.get("seconds_median"))
-                    if r and w_bytes and (r.get("median_s") or r.get("seconds_median")) else None)
-        p = row.get("pykafka")
-        table.append((row["label"], cell(p, mbps(p) if row["mode"] == "batch" else None),
-                       cell(row.get("jvm")), cell(row.get("jvm_tuned")),
-                       fmt(row.get("ratio_vs_jvm"), ".2f"),
-                       fmt(row.get("ratio_vs_jvm_tuned"), ".2f")))
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *table)]
-    line = "  ".join("{:<%d}" % w if i == 0 else "{:>%d}" % w for i, w in enumerate(widths))
-    print(line.format(*header))
-    print("  ".join("-" * w for w in widths))
-    for t in table:
-        print(line.format(*t))
+        size = (row.get("pykafka") or {}).get("record_size") or 0
+        batch = row["mode"] == "batch"
+        table.append((row["broker"], row["values"], row["workload"],
+                      cell(row.get("floor"), batch), cell(row.get("pykafka"), batch),
+                      cell(row.get("jvm"), batch), cell(row.get("jvm_tuned"), batch),
+                      fmt(row.get("ratio_vs_floor"), ".2f"), fmt(row.get("ratio_vs_jvm"), ".2f"),
+                      fmt(row.get("ratio_vs_jvm_tuned"), ".2f")))
+    print_grouped_table(header, table, left=3, group=2)
+    labels = {row["workload"]: row["label"] for row in rows}
+    print("workloads: " + "; ".join(f"{k} = {v}" for k, v in labels.items()))
+    streams = [row for row in rows if row["mode"] == "stream"]
+    if streams:
+        print()
+        print("stream start-up: from start() to the end of the first trigger (batch 0), median s; "
+              + STARTUP_NOTE)
+        table = [(row["broker"], row["values"], row["workload"],
+                  fmt((row.get("floor") or {}).get("startup_s"), ".2f"),
+                  fmt((row.get("pykafka") or {}).get("startup_s"), ".2f"),
+                  fmt((row.get("pykafka") or {}).get("median_s"), ".2f"),
+                  fmt((row.get("jvm") or {}).get("seconds_median"), ".2f"))
+                 for row in streams]
+        print_grouped_table(("broker", "values", "workload", "floor", "pykafka",
+                             "pykafka total", "JVM total"), table, left=3, group=2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -630,6 +770,64 @@ def select_bench_broker():
     return select_broker()
 
 
+@dataclass
+class BrokerSpec:
+    """One broker of the run: how to start it and what to call it in the report."""
+
+    label: str          # "4.0", "2.2"; "" until started for a broker of the environment
+    start: object       # () -> BrokerHandle
+    where: str          # its distribution, or where it comes from
+
+
+def find_distribution(version: str) -> str | None:
+    """A local Kafka distribution of release ``version`` ("4.0"): ``KAFKA_HOME``,
+    ``KAFKA_ZK_HOME``, ``../shared/kafka`` or ``../shared/kafka22``, whichever is that release."""
+    from kafka_source.testing import distribution_version
+
+    want = tuple(int(x) for x in version.split(".")[:2])
+    for home in (os.environ.get("KAFKA_HOME", "").strip(),
+                 os.environ.get("KAFKA_ZK_HOME", "").strip(),
+                 str(SHARED / "kafka"), str(SHARED / "kafka22")):
+        if home and distribution_version(home) == want:
+            return home
+    return None
+
+
+def broker_plan(versions: list[str]) -> tuple[list[BrokerSpec], list[str]]:
+    """The brokers to run on, in order, and notes on those that cannot run. Each version of
+    ``--brokers`` is started from its distribution (:func:`find_distribution`): in ZooKeeper mode
+    before Kafka 3.3, else in KRaft mode. ``KAFKA_BOOTSTRAP_SERVERS`` or ``PYKAFKA_TEST_BROKER``:
+    that one broker only; no distribution at all: :func:`select_bench_broker`'s choice."""
+    from kafka_source.testing import LocalKafkaBroker, LocalZkKafkaBroker
+
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or os.environ.get("PYKAFKA_TEST_BROKER"):
+        return [BrokerSpec("", select_bench_broker, "the environment")], [
+            "--brokers not used: KAFKA_BOOTSTRAP_SERVERS or PYKAFKA_TEST_BROKER chose the broker"]
+    specs, notes = [], []
+    for version in versions:
+        home = find_distribution(version)
+        if home is None:
+            notes.append(f"Kafka {version}: not run, no distribution of it found (KAFKA_HOME, "
+                         f"KAFKA_ZK_HOME, {SHARED / 'kafka'}, {SHARED / 'kafka22'})")
+            continue
+        zookeeper = tuple(int(x) for x in version.split(".")[:2]) < (3, 3)
+        broker_class = LocalZkKafkaBroker if zookeeper else LocalKafkaBroker
+        specs.append(BrokerSpec(version, lambda c=broker_class, h=home: c(h),
+                                f"{home} ({'ZooKeeper' if zookeeper else 'KRaft'} mode)"))
+    if not specs:
+        specs.append(BrokerSpec("", select_bench_broker, "no local distribution"))
+    return specs, notes
+
+
+def broker_label(broker) -> str:
+    """``major.minor`` of a broker the environment chose, else its kind."""
+    try:
+        major, minor = broker.version
+        return f"{major}.{minor}"
+    except Exception:  # noqa: BLE001 - a broker that does not say
+        return broker.kind
+
+
 # ---------------------------------------------------------------------------------------------
 # Report
 # ---------------------------------------------------------------------------------------------
@@ -676,79 +874,106 @@ def versions() -> dict:
     return out
 
 
+def workload_fields(reader: str, w: Workload) -> dict:
+    """What every result row says of its reader and workload."""
+    return {"reader": reader, "broker": w.broker, "values": w.values, "workload": w.name,
+            "topic": w.topic, "codec": w.codec, "records": w.records, "record_size": w.size,
+            "partitions": w.partitions, "value_bytes": w.value_bytes}
+
+
 def failed_row(reader: str, w: Workload, error: str) -> dict:
-    return {"reader": reader, "workload": w.name, "topic": w.topic, "codec": w.codec,
-            "records": w.records, "record_size": w.size, "partitions": w.partitions,
-            "value_bytes": w.value_bytes, "median_s": None, "records_per_s": None,
+    return {**workload_fields(reader, w), "median_s": None, "records_per_s": None,
             "mb_per_s": None, "peak_rss_mb": None, "error": error}
 
 
+def _pass_key(r: dict) -> tuple:
+    return (r.get("broker", ""), r.get("values", ""), r["workload"])
+
+
 def add_ratios(results: list[dict]) -> None:
-    base = {r["workload"]: r["records_per_s"] for r in results if r["reader"] == CONFLUENT}
+    base = {_pass_key(r): r["records_per_s"] for r in results if r["reader"] == CONFLUENT}
     for r in results:
-        b, v = base.get(r["workload"]), r["records_per_s"]
+        b, v = base.get(_pass_key(r)), r["records_per_s"]
         r["ratio_vs_confluent"] = round(v / b, 3) if b and v is not None else None
 
 
-def sort_results(results: list[dict], codecs: list[str]) -> list[dict]:
+def sort_results(results: list[dict], codecs: list[str], brokers: list[str],
+                 values: list[str]) -> list[dict]:
     readers = [CONFLUENT, KAFKA_PYTHON] + [f"pykafka {m}" for m in SPARK_MASTERS]
 
+    def index(seq, item):
+        return seq.index(item) if item in seq else len(seq)
+
     def key(r):
-        w = codecs.index(r["workload"]) if r["workload"] in codecs else len(codecs)
-        k = readers.index(r["reader"]) if r["reader"] in readers else len(readers)
-        return (w, k, r["reader"])
+        return (index(brokers, r.get("broker")), index(values, r.get("values")),
+                index(codecs, r["workload"]), index(readers, r["reader"]), r["reader"])
 
     return sorted(results, key=key)
 
 
 def print_table(results: list[dict]) -> None:
-    header = ("workload", "reader", "median s", "records/s", "MB/s", "peak RSS MB",
-              "vs confluent")
-    rows = [(r["workload"], r["reader"], fmt(r["median_s"], ".3f"),
+    header = ("broker", "values", "workload", "reader", "median s", "records/s", "MB/s",
+              "peak RSS MB", "vs confluent")
+    rows = [(r["broker"], r["values"], r["workload"], r["reader"], fmt(r["median_s"], ".3f"),
              "FAILED" if r.get("error") else fmt(r["records_per_s"], ",.0f"),
              fmt(r["mb_per_s"], ".1f"),
              fmt(r["peak_rss_mb"], ".0f"), fmt(r.get("ratio_vs_confluent"), ".2f"))
             for r in results]
-    print_grouped_table(header, rows, left=2)
+    print_grouped_table(header, rows, left=4, group=3)
 
 
-def targets(results: list[dict], memory: dict | None, idle: dict | None,
+def print_topics(topics: list[dict]) -> None:
+    print("topics (MB = 10^6 bytes; on disk: the broker's log size, DescribeLogDirs):")
+    rows = [(t["broker"], t["values"], t["codec"], t["topic"],
+             f"{t['records']:,} x {t['size']} B", fmt(t["value_bytes"] / MB, ",.1f"),
+             fmt(t["log_bytes"] / MB if t["log_bytes"] else None, ",.1f"),
+             fmt(t["value_bytes"] / t["log_bytes"] if t["log_bytes"] else None, ".1f"))
+            for t in topics]
+    print_grouped_table(("broker", "values", "codec", "topic", "records", "values MB",
+                         "on disk MB", "ratio"), rows, left=5, group=1)
+
+
+def _where(r: dict) -> str:
+    return f"Kafka {r.get('broker')}, {r.get('values')} values"
+
+
+def targets(results: list[dict], memory: list[dict], idle: list[dict],
             jvm_rows: list[dict] = ()) -> list[dict]:
-    """The issues' targets; a reader that failed fails its target (value "error")."""
+    """The issues' targets, per broker and value kind; a reader that failed fails its target
+    (value "error")."""
     out = []
     for row in jvm_rows:
+        if "jvm" not in row and "jvm_tuned" not in row:
+            continue                  # the JVM source did not run (--jvm off, no anchor)
         best = max(((row.get(k) or {}).get("records_per_s") or 0 for k in ("jvm", "jvm_tuned")),
                    default=0)
         mine = (row.get("pykafka") or {}).get("records_per_s")
         ratio = round(mine / best, 3) if mine and best else None
         goal = JVM_TARGETS.get(row.get("workload"), RATIO_TARGET)
         out.append({"target": f"pykafka / best of Spark's JVM source (plain, tuned) >= "
-                              f"{goal:.1f}x: {row['label']}",
+                              f"{goal:.1f}x: {row['label']} ({_where(row)})",
                     "value": "error" if ratio is None else ratio,
                     "pass": ratio is not None and ratio >= goal})
-    for codec in RATIO_CODECS:
-        r = next((r for r in results
-                  if r["reader"] == "pykafka local[2]" and r["workload"] == codec), None)
-        base = next((r for r in results
-                     if r["reader"] == CONFLUENT and r["workload"] == codec), None)
-        if r is None or base is None:
+    for r in results:
+        if r["reader"] != "pykafka local[2]" or r["workload"] not in RATIO_CODECS or not any(
+                b["reader"] == CONFLUENT and _pass_key(b) == _pass_key(r) for b in results):
             continue
         ratio = r.get("ratio_vs_confluent")
-        out.append({"target": f"pykafka local[2] / confluent-kafka ({codec}) >= "
-                              f"{RATIO_TARGET:.1f}x",
+        out.append({"target": f"pykafka local[2] / confluent-kafka ({r['workload']}) >= "
+                              f"{RATIO_TARGET:.1f}x ({_where(r)})",
                     "value": "error" if ratio is None else ratio,
                     "pass": ratio is not None and ratio >= RATIO_TARGET})
-    if memory is not None:
-        rss = memory.get("peak_rss_mb")
+    for m in memory:
+        rss = m.get("peak_rss_mb")
         out.append({"target": f"executor Python peak RSS reading one "
-                              f"{memory['value_bytes'] / 1e9:.2f} GB partition "
-                              f"< {RSS_TARGET_MB:.0f} MB",
+                              f"{m['value_bytes'] / 1e9:.2f} GB partition "
+                              f"< {RSS_TARGET_MB:.0f} MB ({_where(m)})",
                     "value": "error" if rss is None else rss,
                     "pass": rss is not None and rss < RSS_TARGET_MB})
-    if idle is not None:
+    for i in idle:
         out.append({"target": f"idle micro-batch trigger on the driver < {IDLE_TARGET_MS:.0f} ms "
-                              "(median)",
-                    "value": idle["median_ms"], "pass": idle["median_ms"] < IDLE_TARGET_MS})
+                              f"(median, Kafka {i['broker']})",
+                    "value": i["median_ms"], "pass": i["median_ms"] < IDLE_TARGET_MS})
     return out
 
 
@@ -766,9 +991,35 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="measured runs per reader and workload, after --warmups "
                          "(default 3; --quick 2)")
     ap.add_argument("--warmups", type=int, default=1, help="warm-up runs, not counted (default 1)")
-    ap.add_argument("--codecs", default="none,lz4,zstd,gzip",
+    ap.add_argument("--codecs", default=None,
                     help="comma-separated compression codecs, one workload each "
-                         "(default none,lz4,zstd,gzip)")
+                         "(default none,lz4,zstd,gzip; --quick none,lz4)")
+    ap.add_argument("--brokers", default=",".join(BROKER_VERSIONS),
+                    help="Kafka releases to run on, one after the other, each started from its "
+                         "local distribution: 4.0 (KRaft; KAFKA_HOME or ../shared/kafka), 2.2 "
+                         "(ZooKeeper mode; KAFKA_ZK_HOME or ../shared/kafka22) (default 4.0,2.2; "
+                         "not used with KAFKA_BOOTSTRAP_SERVERS)")
+    ap.add_argument("--values", default=",".join(VALUE_KINDS),
+                    help="kinds of record values, a set of topics each: random (JSON-like text "
+                         "with random numbers and words, lz4 ~2x), json (JSON events with "
+                         "repeated fields and few distinct values, lz4 ~6-9x) "
+                         "(default random,json)")
+    ap.add_argument("--workloads", default=None,
+                    help="the comparison's workloads (floor, pykafka, JVM source), a subset of "
+                         + ",".join(ANCHOR_WORKLOADS) + " (stream-N follows --stream-limits) "
+                         "(default all; --quick batch-lz4,stream-20k)")
+    ap.add_argument("--floor", choices=("on", "off"), default="on",
+                    help="measure the floor, a Python data source without Kafka yielding "
+                         "pykafka's rows (default on)")
+    ap.add_argument("--floor-batch-bytes", type=int, default=floor_source.DEFAULT_BATCH_BYTES,
+                    help="value bytes per Arrow batch the floor yields (default 8 MiB, about "
+                         "what pykafka's decoder yields)")
+    ap.add_argument("--jvm-workloads", default=None,
+                    help="the comparison's workloads that Spark's JVM source runs too "
+                         "(default: all of --workloads; --quick batch-lz4)")
+    ap.add_argument("--jvm-variants", default=None,
+                    help="Spark JVM source runs: plain, tuned (default plain,tuned; --quick "
+                         "plain)")
     ap.add_argument("--readers", default="pykafka,confluent-kafka,kafka-python",
                     help="comma-separated subset of pykafka, confluent-kafka, kafka-python "
                          "(default: all)")
@@ -792,7 +1043,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="extra pykafka reader option, repeatable (default: none, i.e. "
                          "default options)")
     ap.add_argument("--quick", action="store_true",
-                    help="small smoke run: 100k records, 100 MB memory test, 2 runs")
+                    help="small smoke run: 100k records, 100 MB memory test, 1 run after the "
+                         "warm-up, codecs none,lz4, comparison workloads batch-lz4 and "
+                         "stream-20k, the JVM source plain and on batch-lz4 only; both brokers, "
+                         "both value kinds and the floor as in a full run")
     ap.add_argument("--timeout", type=float, default=300.0,
                     help="client loops give up after this many seconds without progress "
                          "(default 300)")
@@ -824,12 +1078,45 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.memory_records is None:
         args.memory_records = 100_000 if args.quick else 1_000_000
     if args.runs is None:
-        args.runs = 2 if args.quick else 3
+        args.runs = 1 if args.quick else 3
+    if args.codecs is None:
+        args.codecs = "none,lz4" if args.quick else "none,lz4,zstd,gzip"
+    if args.workloads is None:
+        args.workloads = "batch-lz4,stream-20k" if args.quick else "all"
+    if args.jvm_variants is None:
+        args.jvm_variants = "plain" if args.quick else ",".join(JVM_VARIANTS)
+    if args.jvm_workloads is None:
+        args.jvm_workloads = "batch-lz4" if args.quick else "all"
     args.codecs = [c.strip() for c in args.codecs.split(",") if c.strip()]
+    args.brokers = [b.strip() for b in args.brokers.split(",") if b.strip()]
+    args.values = [v.strip() for v in args.values.split(",") if v.strip()]
+    args.workloads, args.jvm_workloads = (
+        None if names.strip() == "all" else tuple(w.strip() for w in names.split(",") if w.strip())
+        for names in (args.workloads, args.jvm_workloads))
+    args.jvm_variants = [v.strip() for v in args.jvm_variants.split(",") if v.strip()]
+    bad = set(args.values) - set(VALUE_KINDS)
+    if bad or not args.values:
+        ap.error(f"--values: unknown kind(s) {sorted(bad)}; valid: {', '.join(VALUE_KINDS)}")
+    bad = set(args.jvm_variants) - set(JVM_VARIANTS)
+    if bad:
+        ap.error(f"--jvm-variants: unknown {sorted(bad)}; valid: {', '.join(JVM_VARIANTS)}")
+    for b in args.brokers:
+        if not all(part.isdigit() for part in b.split(".")):
+            ap.error(f"--brokers: {b!r} is not a Kafka release such as 4.0 or 2.2")
+    if not args.brokers:
+        ap.error("--brokers: at least one Kafka release")
+    if args.floor_batch_bytes < 1:
+        ap.error("--floor-batch-bytes must be >= 1")
     args.readers = [r.strip() for r in args.readers.split(",") if r.strip()]
     args.masters = [m.strip() for m in args.masters.split(",") if m.strip()]
     args.extra_options = dict(o.split("=", 1) for o in args.option)
     args.stream_limits = tuple(int(n) for n in args.stream_limits.split(",") if n.strip())
+    valid = ANCHOR_WORKLOADS[:3] + tuple(f"stream-{count_label(n)}" for n in args.stream_limits)
+    for option, names in (("--workloads", args.workloads),
+                          ("--jvm-workloads", args.jvm_workloads)):
+        bad = set(names or ()) - set(valid)
+        if bad:
+            ap.error(f"{option}: unknown {sorted(bad)}; valid: {', '.join(valid)}")
     bad = set(args.readers) - {"pykafka", CONFLUENT, KAFKA_PYTHON}
     if bad:
         ap.error(f"unknown reader(s): {sorted(bad)}")
@@ -855,150 +1142,161 @@ def short_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[-1] if lines else repr(exc)}"[:500]
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    started = time.time()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    paths = [str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+class Bench:
+    """One run: the brokers one after the other, and everything measured on them."""
 
-    report: dict = {"started": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-                    "machine": machine_info(), "versions": versions(),
-                    "config": {k: v for k, v in vars(args).items() if k not in ("json",)}}
-    failures: list[str] = []      # correctness: wrong counts, readers that fail
-    errors: list[str] = []        # non-fatal: the idle-trigger measurement failed
-    results: list[dict] = []
-    memory = idle = write = None
+    def __init__(self, args):
+        self.args = args
+        self.failures: list[str] = []    # correctness: wrong counts, readers that fail
+        self.errors: list[str] = []      # non-fatal: e.g. the idle-trigger measurement failed
+        self.last_error = ""
+        self.brokers: list[dict] = []
+        self.topics: list[dict] = []
+        self.results: list[dict] = []
+        self.jvm_rows: list[dict] = []
+        self.memory: list[dict] = []
+        self.idle: list[dict] = []
+        self.write: dict | None = None
+        self.anchor = jvm_anchor.anchor_path() \
+            if args.jvm == "auto" and "pykafka" in args.readers else None
+        self.jvm_note = None
+        if args.only == "write":
+            self.jvm_note = "not run (--only write)"
+        elif args.jvm == "off":
+            self.jvm_note = "Spark's JVM source: not run (--jvm off)"
+        elif self.anchor is None:
+            self.jvm_note = (f"Spark's JVM source: not run, its anchor is not on this machine "
+                             f"({jvm_anchor.DEFAULT_ANCHOR}; see ../shared/README.md)")
+        elif args.jvm_workloads is not None:
+            self.jvm_note = (f"Spark's JVM source: on {', '.join(args.jvm_workloads)} only "
+                             "(--jvm-workloads)")
+        self.floor_note = "the floor: not run (--floor off)" if args.floor == "off" else None
+        # The comparison table: the floor and pykafka, and the JVM source when it is there.
+        self.compare = ("pykafka" in args.readers and args.only != "write"
+                        and (self.anchor is not None or args.floor == "on"))
 
-    def guarded(what: str, fn, *a, fatal: bool = True, **kw):
+    def guarded(self, what: str, fn, *a, fatal: bool = True, **kw):
         """Run one measurement; a wrong count or a reader that fails is recorded and makes the
         exit status non-zero (``fatal=False``: recorded and printed only)."""
         try:
             return fn(*a, **kw)
         except CorrectnessError as exc:
-            failures.append(str(exc))
-            last_error[0] = str(exc)
+            self.failures.append(str(exc))
+            self.last_error = str(exc)
             log(f"CORRECTNESS FAILURE: {exc}")
         except Exception as exc:  # noqa: BLE001 - report and go on with the other readers
-            (failures if fatal else errors).append(f"{what}: {short_error(exc)}")
-            last_error[0] = short_error(exc)
+            (self.failures if fatal else self.errors).append(f"{what}: {short_error(exc)}")
+            self.last_error = short_error(exc)
             log(f"FAILED: {what}: {short_error(exc)}\n{traceback.format_exc()}")
         return None
 
-    last_error = [""]
+    def run_broker(self, spec: BrokerSpec, first: bool) -> None:
+        log(f"starting Kafka {spec.label or ''} ({spec.where}) ...")
+        broker = self.guarded(f"starting Kafka {spec.label} ({spec.where})", spec.start)
+        if broker is None:
+            return
+        try:
+            label = spec.label or broker_label(broker)
+            is_tansu = bool(getattr(broker, "is_tansu", False))
+            entry = {"label": label, "kind": broker.kind,
+                     "bootstrap_servers": broker.bootstrap_servers, "where": spec.where,
+                     "is_tansu": is_tansu}
+            if is_tansu:
+                entry["note"] = TANSU_NOTE
+                log("!" * 96)
+                log(f"!!! {TANSU_NOTE}")
+                log("!" * 96)
+            self.brokers.append(entry)
+            log(f"Kafka {label}: {broker.kind} at {broker.bootstrap_servers}")
+            self.measure_on(broker.bootstrap_servers, label, first, is_tansu)
+        finally:
+            broker.stop()
 
-    log("selecting a broker ...")
-    broker = select_bench_broker()
-    is_tansu = bool(getattr(broker, "is_tansu", False))
-    report["broker"] = {"kind": broker.kind, "bootstrap_servers": broker.bootstrap_servers,
-                        "is_tansu": is_tansu}
-    if is_tansu:
-        report["broker"]["note"] = TANSU_NOTE
-        log("!" * 96)
-        log(f"!!! {TANSU_NOTE}")
-        log("!" * 96)
-    log(f"kafka broker: {broker.kind} at {broker.bootstrap_servers}")
-    bootstrap = broker.bootstrap_servers
-    anchor = jvm_anchor.anchor_path() if args.jvm == "auto" and "pykafka" in args.readers \
-        else None
-    jvm_note = None
-    if args.only == "write":
-        jvm_note = "not run (--only write)"
-    elif args.jvm == "off":
-        jvm_note = "not run (--jvm off)"
-    elif anchor is None:
-        jvm_note = (f"not run: Spark's JVM Kafka source anchor is not on this machine "
-                    f"({jvm_anchor.DEFAULT_ANCHOR}; see ../shared/README.md)")
-    jvm_rows: list[dict] = []
-    try:
-        workloads = [Workload(c, c, args.records, args.size, args.partitions)
-                     for c in args.codecs]
-        mem_w = None
-        if "pykafka" in args.readers and (not args.skip_memory or anchor is not None):
-            mem_w = Workload("memory", "none", args.memory_records, args.memory_size, 1)
-        jvm_todo = anchor_workloads(workloads, mem_w, args.stream_limits) \
-            if anchor is not None else []
+    def workload_sets(self, bootstrap: str, label: str) -> dict:
+        """Per value kind: the codec workloads, the one-partition workload (or None) and the
+        comparison's workloads, with their topics ready."""
+        args = self.args
+        need_big = "pykafka" in args.readers and (
+            not args.skip_memory or (self.compare and "batch-1partition" in (
+                args.workloads or ANCHOR_WORKLOADS)))
         existing = existing_topics(bootstrap)
-        for w in workloads + ([mem_w] if mem_w else []):
-            prepare_topic(bootstrap, w, existing)
-        report["topics"] = {w.name: {"topic": w.topic, "records": w.records, "size": w.size,
-                                     "partitions": w.partitions, "codec": w.codec,
-                                     "produced_s": None if w.produced_s is None
-                                     else round(w.produced_s, 2)}
-                            for w in workloads + ([mem_w] if mem_w else [])}
+        sets = {}
+        for values in args.values:
+            workloads = [Workload(c, c, args.records, args.size, args.partitions, values, label)
+                         for c in args.codecs]
+            big = Workload("memory", "none", args.memory_records, args.memory_size, 1, values,
+                           label) if need_big else None
+            todo = anchor_workloads(workloads, big, args.stream_limits, args.workloads) \
+                if self.compare else []
+            for w in workloads + ([big] if big else []):
+                prepare_topic(bootstrap, w, existing)
+                self.topics.append({"broker": label, "values": values, "workload": w.name,
+                                    "topic": w.topic, "records": w.records, "size": w.size,
+                                    "partitions": w.partitions, "codec": w.codec,
+                                    "value_bytes": w.value_bytes, "log_bytes": w.log_bytes,
+                                    "produced_s": None if w.produced_s is None
+                                    else round(w.produced_s, 2)})
+            sets[values] = (workloads, big, todo)
+        return sets
+
+    def measure_on(self, bootstrap: str, label: str, first: bool, is_tansu: bool) -> None:
+        args = self.args
+        sets = self.workload_sets(bootstrap, label) if args.only != "write" else {}
 
         for client in (CONFLUENT, KAFKA_PYTHON):
             if client not in args.readers:
                 continue
-            for w in workloads:
-                log(f"{client}: {w.name} ({args.warmups} warm-up + {args.runs} runs)")
-                r = guarded(f"{client} {w.name}", measure_client, client, bootstrap, w,
-                            args.runs, args.warmups, args.timeout)
-                if r:
-                    results.append(r)
-                    log(f"  {r['records_per_s']:,.0f} records/s, median {r['median_s']:.3f} s")
-                else:
-                    results.append(failed_row(client, w, last_error[0]))
+            for workloads, _big, _todo in sets.values():
+                for w in workloads:
+                    log(f"{client}: {w.name} ({w.values}, Kafka {label}; {args.warmups} warm-up "
+                        f"+ {args.runs} runs)")
+                    r = self.guarded(f"{client} {label} {w.values} {w.name}", measure_client,
+                                     client, bootstrap, w, args.runs, args.warmups, args.timeout)
+                    if r:
+                        self.results.append(r)
+                        log(f"  {r['records_per_s']:,.0f} records/s, median {r['median_s']:.3f} s")
+                    else:
+                        self.results.append(failed_row(client, w, self.last_error))
 
-        if "pykafka" in args.readers:
-            for master in args.masters:
-                log(f"starting Spark {master} ...")
+        rows_by_set: dict[str, list[dict]] = {}
+        if "pykafka" in args.readers and sets:
+            floors: dict = {}
+            masters = list(args.masters)
+            if self.compare and ANCHOR_MASTER not in masters:
+                masters.append(ANCHOR_MASTER)     # for the comparison only
+            for master in masters:
+                log(f"Kafka {label}: starting Spark {master} ...")
                 spark = start_spark(master)
                 try:
-                    with ProcessMonitor() as monitor:
-                        for w in workloads:
-                            log(f"pykafka {master}: {w.name} ({args.warmups} warm-up + "
-                                f"{args.runs} runs)")
-                            r = guarded(f"pykafka {master} {w.name}", measure_spark, spark,
-                                        master, monitor, bootstrap, w, args.runs, args.warmups,
-                                        args.extra_options)
-                            if r:
-                                results.append(r)
-                                log(f"  {r['records_per_s']:,.0f} records/s, median "
-                                    f"{r['median_s']:.3f} s, worker peak RSS "
-                                    f"{r['peak_rss_mb']:.0f} MB")
-                            else:
-                                results.append(failed_row(f"pykafka {master}", w,
-                                                          last_error[0]))
-                        if mem_w is not None and master == "local[1]" \
-                                and not args.skip_memory:
-                            log(f"memory: pykafka local[1] reading one partition of "
-                                f"{mem_w.value_bytes / 1e9:.2f} GB ...")
-                            memory = guarded("memory test", measure_spark, spark, master,
-                                             monitor, bootstrap, mem_w, 1, 0,
-                                             args.extra_options)
-                            if memory:
-                                memory["processes"] = monitor.processes()
-                                log(f"  peak executor Python RSS {memory['peak_rss_mb']:.0f} MB"
-                                    f", {memory['mb_per_s']:.1f} MB/s")
-                            else:
-                                memory = failed_row("pykafka local[1]", mem_w, last_error[0])
-                    if jvm_todo and master == ANCHOR_MASTER:
-                        jvm_rows = compare_with_jvm(spark, bootstrap, jvm_todo, results, args,
-                                                    guarded)
+                    if master in args.masters:
+                        self.pykafka_runs(spark, master, bootstrap, label, sets)
+                    if self.compare and master == ANCHOR_MASTER:
+                        for values, (_w, _big, todo) in sets.items():
+                            rows_by_set[values] = compare_with_jvm(
+                                spark, bootstrap, todo, self.results, args, self.guarded, floors)
                 finally:
                     spark.stop()
-            if jvm_todo and ANCHOR_MASTER not in args.masters:
-                log(f"starting Spark {ANCHOR_MASTER} for the comparison with the JVM source ...")
-                spark = start_spark(ANCHOR_MASTER)
-                try:
-                    jvm_rows = compare_with_jvm(spark, bootstrap, jvm_todo, results, args,
-                                                guarded)
-                finally:
-                    spark.stop()
-        if jvm_todo:
+        if self.anchor is not None:
             # After pykafka's SparkSession stopped: the JVM source gets the machine to itself.
-            run_jvm(anchor, bootstrap, jvm_todo, jvm_rows, args, guarded)
-            add_jvm_ratios(jvm_rows)
+            for values, (_w, _big, todo) in sets.items():
+                if todo and values in rows_by_set:
+                    run_jvm(self.anchor, bootstrap, todo, rows_by_set[values], args,
+                            self.guarded)
+        for rows in rows_by_set.values():
+            add_jvm_ratios(rows)
+            self.check_floor_tasks(rows)
+            self.jvm_rows.extend(rows)
 
-        if workloads:
-            log("idle trigger ...")
-            idle = guarded("idle trigger", idle_trigger, bootstrap, workloads[0].topic,
-                           args.idle_calls, fatal=False)
+        if sets:
+            workloads = next(iter(sets.values()))[0]
+            if workloads:
+                log(f"idle trigger (Kafka {label}) ...")
+                idle = self.guarded(f"idle trigger {label}", idle_trigger, bootstrap,
+                                    workloads[0].topic, args.idle_calls, fatal=False)
+                if idle:
+                    self.idle.append({"broker": label, **idle})
 
-        if args.only != "read" and args.writers and args.write_codecs:
+        if first and args.only != "read" and args.writers and args.write_codecs:
             cfg = write_bench.WriteConfig(
                 records=args.records, size=args.size, partitions=args.partitions,
                 codecs=tuple(args.write_codecs), writers=tuple(args.writers),
@@ -1006,28 +1304,105 @@ def main(argv=None) -> int:
                 tasks=args.write_tasks, keyed=args.write_keyed, timeout_s=args.timeout,
                 options=args.write_options, fetch_hw=is_tansu,
                 verify_content=args.write_verify == "content")
-            write = guarded("write benchmark", write_bench.run_write_bench, cfg, bootstrap,
-                            start_spark)
-            if write:
-                failures.extend(write["failures"])
-    finally:
-        broker.stop()
+            self.write = self.guarded("write benchmark", write_bench.run_write_bench, cfg,
+                                      bootstrap, start_spark)
+            if self.write:
+                self.write["broker"] = label
+                self.failures.extend(self.write["failures"])
 
-    add_ratios(results)
-    results = sort_results(results, args.codecs)
-    checks = targets(results, memory, idle, jvm_rows) + (write["targets"] if write else [])
-    report.update({"results": results, "memory": memory, "idle_trigger": idle,
-                   "vs_spark_jvm_kafka": {"rows": jvm_rows, "note": jvm_note,
-                                          "anchor": str(anchor) if anchor else None,
-                                          "master": ANCHOR_MASTER},
-                   "write": write, "targets": checks, "correctness_failures": failures,
-                   "errors": errors,
-                   "duration_s": round(time.time() - started, 1)})
+    def check_floor_tasks(self, rows: list[dict]) -> None:
+        """The floor must run as many input partitions as pykafka (batch reads; streams use the
+        same planner per micro-batch)."""
+        for row in rows:
+            mine = (row.get("pykafka") or {}).get("input_partitions")
+            floor = (row.get("floor") or {}).get("input_partitions")
+            if mine and floor and mine != floor:
+                self.errors.append(f"floor {row['workload']} ({row['broker']}, {row['values']}): "
+                                   f"{floor} input partitions, pykafka {mine}: not comparable")
+
+    def pykafka_runs(self, spark, master: str, bootstrap: str, label: str, sets: dict) -> None:
+        """pykafka on every codec workload at ``master``, and the memory test at local[1]."""
+        args = self.args
+        with ProcessMonitor() as monitor:
+            for workloads, big, _todo in sets.values():
+                for w in workloads:
+                    log(f"pykafka {master}: {w.name} ({w.values}, Kafka {label}; "
+                        f"{args.warmups} warm-up + {args.runs} runs)")
+                    r = self.guarded(f"pykafka {master} {label} {w.values} {w.name}",
+                                     measure_spark, spark, master, monitor, bootstrap, w,
+                                     args.runs, args.warmups, args.extra_options)
+                    if r:
+                        self.results.append(r)
+                        log(f"  {r['records_per_s']:,.0f} records/s, median "
+                            f"{r['median_s']:.3f} s, worker peak RSS {r['peak_rss_mb']:.0f} MB")
+                    else:
+                        self.results.append(failed_row(f"pykafka {master}", w, self.last_error))
+                if big is not None and master == "local[1]" and not args.skip_memory:
+                    log(f"memory: pykafka local[1] reading one partition of "
+                        f"{big.value_bytes / 1e9:.2f} GB ({big.values}, Kafka {label}) ...")
+                    memory = self.guarded(f"memory test {label} {big.values}", measure_spark,
+                                          spark, master, monitor, bootstrap, big, 1, 0,
+                                          args.extra_options)
+                    if memory:
+                        memory["processes"] = monitor.processes()
+                        log(f"  peak executor Python RSS {memory['peak_rss_mb']:.0f} MB, "
+                            f"{memory['mb_per_s']:.1f} MB/s")
+                    else:
+                        memory = failed_row("pykafka local[1]", big, self.last_error)
+                    self.memory.append(memory)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    started = time.time()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Spark's Python workers import pykafka from the repository and the floor from here.
+    paths = [str(REPO_ROOT), str(HERE)] + [p for p in os.environ.get("PYTHONPATH", "").split(
+        os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+
+    report: dict = {"started": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+                    "machine": machine_info(), "versions": versions(),
+                    "config": {k: v for k, v in vars(args).items() if k not in ("json",)}}
+    bench = Bench(args)
+    specs, broker_notes = broker_plan(args.brokers)
+    if args.only == "write":
+        specs = specs[:1]                 # the write benchmark runs on the first broker only
+    for note in broker_notes:
+        log(note)
+        if not note.startswith("--brokers not used"):
+            bench.errors.append(note)
+    for i, spec in enumerate(specs):
+        bench.run_broker(spec, first=i == 0)
+
+    labels = [b["label"] for b in bench.brokers]
+    add_ratios(bench.results)
+    results = sort_results(bench.results, args.codecs, labels, args.values)
+    checks = targets(results, bench.memory, bench.idle, bench.jvm_rows) + (
+        bench.write["targets"] if bench.write else [])
+    report.update({
+        "brokers": bench.brokers, "broker_notes": broker_notes, "topics": bench.topics,
+        "results": results, "memory": bench.memory, "idle_trigger": bench.idle,
+        "floor": {"format": floor_source.FLOOR_NAME, "enabled": args.floor == "on",
+                  "batch_bytes": args.floor_batch_bytes,
+                  "what": "a Python data source without Kafka yielding pykafka's schema and "
+                          "rows in pykafka's input partitions (floor_source.py)"},
+        "vs_spark_jvm_kafka": {"rows": bench.jvm_rows, "note": bench.jvm_note,
+                               "anchor": str(bench.anchor) if bench.anchor else None,
+                               "master": ANCHOR_MASTER, "variants": args.jvm_variants,
+                               "startup_note": STARTUP_NOTE},
+        "write": bench.write, "targets": checks, "correctness_failures": bench.failures,
+        "errors": bench.errors, "duration_s": round(time.time() - started, 1)})
 
     print()
-    print(f"broker: {broker.kind} at {bootstrap}")
-    if is_tansu:
-        print(f"!!! {TANSU_NOTE}")
+    for b in bench.brokers:
+        print(f"Kafka {b['label']}: {b['kind']} at {b['bootstrap_servers']} ({b['where']})")
+        if b["is_tansu"]:
+            print(f"!!! {TANSU_NOTE}")
+    for note in broker_notes:
+        print(note)
     m = report["machine"]
     print(f"machine: {m.get('nproc')} CPUs ({m.get('cpu_model', '?')}), {m.get('ram_gb', '?')} GB"
           f" RAM, load {m.get('loadavg_at_start')}")
@@ -1036,29 +1411,36 @@ def main(argv=None) -> int:
               f"partitions; median of {args.runs} runs after {args.warmups} warm-up; "
               "query count(*), sum(length(value)); MB = 10^6 value bytes")
         print()
+        if bench.topics:
+            print_topics(bench.topics)
+            print()
         print_table(results)
         print()
-    if "pykafka" in args.readers:
-        print_jvm_table(jvm_rows, jvm_note)
+    if "pykafka" in args.readers and args.only != "write":
+        print_jvm_table(bench.jvm_rows, bench.jvm_note, bench.floor_note)
         print()
-    if memory and memory.get("error"):
-        print(f"memory: FAILED ({memory['error']})")
-    elif memory:
-        print(f"memory: one partition, {mem_w.records:,} x {mem_w.size} B "
-              f"({mem_w.value_bytes / 1e9:.2f} GB), pykafka local[1]: executor Python peak RSS "
-              f"{memory['peak_rss_mb']:.0f} MB, {memory['mb_per_s']:.1f} MB/s")
-    if idle:
-        print(f"idle trigger: median {idle['median_ms']:.2f} ms, p95 {idle['p95_ms']:.2f} ms "
-              f"over {idle['calls']} calls (latestOffset + partitions, no new data)")
-    if write:
+    for mem in bench.memory:
+        where = f"Kafka {mem['broker']}, {mem['values']} values"
+        if mem.get("error"):
+            print(f"memory ({where}): FAILED ({mem['error']})")
+        else:
+            print(f"memory ({where}): one partition, {mem['records']:,} x {mem['record_size']} B "
+                  f"({mem['value_bytes'] / 1e9:.2f} GB), pykafka local[1]: executor Python peak "
+                  f"RSS {mem['peak_rss_mb']:.0f} MB, {mem['mb_per_s']:.1f} MB/s")
+    for idle in bench.idle:
+        print(f"idle trigger (Kafka {idle['broker']}): median {idle['median_ms']:.2f} ms, p95 "
+              f"{idle['p95_ms']:.2f} ms over {idle['calls']} calls (latestOffset + partitions, "
+              "no new data)")
+    if bench.write:
         print()
-        write_bench.print_write_report(write)
+        print(f"write benchmark on Kafka {bench.write['broker']}:")
+        write_bench.print_write_report(bench.write)
         print()
     for c in checks:
         print(f"{'PASS' if c['pass'] else 'FAIL'}  {c['target']}: {c['value']}")
-    for e in errors:
+    for e in bench.errors:
         print(f"ERROR (not counted as a correctness failure): {e}")
-    for f in failures:
+    for f in bench.failures:
         print(f"CORRECTNESS FAILURE: {f}")
 
     out_dir = HERE / "results"
@@ -1070,7 +1452,7 @@ def main(argv=None) -> int:
         Path(args.json).write_text(text)
     print(f"\nJSON: {path}" + (f" and {args.json}" if args.json else "")
           + f"; took {report['duration_s']:.0f} s")
-    return 1 if failures else 0
+    return 1 if bench.failures else 0
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ run (issue 10).
 Workload (per codec, ``none`` and ``lz4`` by default): ``--records`` (1,000,000) values of
 ``--size`` (100) bytes, unkeyed (``--write-keyed`` adds keys), written to a fresh topic of
 ``--partitions`` (4) partitions per run, created before the clock starts and deleted after the
-run was checked. The values are ``run.payload_pool``'s JSON-like text, cycled, the same values in
-the same order for every writer. Writers:
+run was checked. The values are ``payloads.payload_pool``'s JSON-like text, cycled, the same
+values in the same order for every writer. Writers:
 
 * ``pykafka local[2]`` (and ``local[1]`` with ``--write-masters``):
   ``df.write.format("pykafka").mode("append")`` with ``kafka.bootstrap.servers``, ``topic`` and
@@ -84,7 +84,7 @@ def log(msg: str) -> None:
 # ---------------------------------------------------------------------------------------------
 
 def _pool(records: int, size: int) -> list[bytes]:
-    from run import payload_pool   # lazily: run.py imports this module
+    from payloads import payload_pool
 
     return payload_pool(size, min(records, max(1, (16 << 20) // size), 16_384))
 
