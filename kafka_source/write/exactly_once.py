@@ -12,7 +12,9 @@ Per task (partition p of batch N, on an executor)
   1. The marker: consumer group ``{prefix}-{queryId}``. Its committed offset is the number of
      batches whose commit was recorded (N + 1 once batch N's is). If it already covers N, batch
      N was committed before the driver crashed and Spark re-runs it: the task writes nothing
-     and reports "skipped".
+     and reports "skipped". If it covers N + 1 too, the checkpoint is older than the marker
+     (an older copy restored): Spark plans batches again that the marker calls written, maybe
+     over other offsets, so the task fails, saying what to do, rather than skip them.
   2. Else it writes everything in one transaction with the transactional id
      ``{prefix}-{queryId}-{p}``, flushes, and returns the open transaction's handle
      (transactional id, producer id, epoch). The id is stable per task slot, so a retried
@@ -90,6 +92,11 @@ _COORDINATOR_RETRY = (Errors.CoordinatorLoadInProgressError, Errors.CoordinatorN
 
 class TransactionCommitError(ProduceError):
     """The transactions of an exactly-once micro-batch could not all be committed."""
+
+
+class CheckpointBehindMarkerError(KafkaSourceError):
+    """The query runs a micro-batch older than the one before the last the marker records as
+    committed: its checkpoint is older than the marker (an older copy was restored)."""
 
 
 class MarkerAccessError(KafkaSourceError):
@@ -342,6 +349,18 @@ def write_exactly_once(options, columns, batches, *, query_id: str, batch_id: in
     prefix = options.transactional_id_prefix
     with MarkerStore(options.client_config, marker_group(prefix, query_id)) as store:
         done = store.committed_batches()
+    if done > batch_id + 1:
+        raise CheckpointBehindMarkerError(
+            f"Exactly-once micro-batch {batch_id} comes from a checkpoint older than this "
+            f"query's marker in Kafka: consumer group '{store.group}' records micro-batches up "
+            f"to {done - 1} as committed, so micro-batches {batch_id} to {done - 1} would be "
+            "skipped as written, although Spark plans them again from the older checkpoint, "
+            "possibly over other source offsets (records lost or written twice). Was an older "
+            "copy of the checkpoint restored? Nothing was written. To go on where the query "
+            "stopped, restore its newest checkpoint. To write from this checkpoint anyway "
+            "(records the later run wrote will then be in Kafka twice), restart it with another "
+            "'kafka.transactional.id' (a new marker group), or start the query on a new "
+            "checkpoint location (a new query).")
     if done > batch_id:
         log.info("Exactly-once batch %d was committed before the restart: task %d writes "
                  "nothing.", batch_id, task)

@@ -324,8 +324,8 @@ def _init_error_message(error, subject: str, transaction_timeout_ms: int) -> str
         return (f"The broker rejected the transaction timeout of {subject} "
                 "(INVALID_TRANSACTION_TIMEOUT): option 'kafka.transaction.timeout.ms' "
                 f"({transaction_timeout_ms} ms; exactly-once writes use "
-                f"{DEFAULT_EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS} unless it is set) is larger than the broker setting transaction.max.timeout.ms (900000 by "
-                "default). Set 'kafka.transaction.timeout.ms' to at most the brokers' "
+                f"{DEFAULT_EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS} unless it is set) is larger than "
+                "the broker setting transaction.max.timeout.ms (900000 by default). Set 'kafka.transaction.timeout.ms' to at most the brokers' "
                 "transaction.max.timeout.ms, or raise transaction.max.timeout.ms on every "
                 "broker.")
     return (f"Could not get a producer id for {subject}: {error.__name__} "

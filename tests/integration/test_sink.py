@@ -370,6 +370,13 @@ def _eos_options(bootstrap, topic, **extra):
                                **extra})
 
 
+def _eos_setup(bootstrap, name, partitions=1, **extra):
+    """A new topic, the exactly-once options that write to it, a new query id."""
+    topic = unique_topic_name(name)
+    create_topic(bootstrap, topic, partitions)
+    return topic, _eos_options(bootstrap, topic, **extra), str(uuid.uuid4())
+
+
 def _task(options, query_id, batch_id, task, values):
     batch = pa.record_batch({"value": pa.array(values, pa.binary())})
     return write_exactly_once(options, Columns(), iter([batch]), query_id=query_id,
@@ -379,10 +386,7 @@ def _task(options, query_id, batch_id, task, values):
 @pytest.mark.skip_on_embedded("transactions and read_committed need real Kafka")
 def test_exactly_once_commit_recovers_after_a_crash_between_marker_and_end_txn(
         bootstrap_servers):
-    topic = unique_topic_name("sink-eos-marker")
-    create_topic(bootstrap_servers, topic, 2)
-    options = _eos_options(bootstrap_servers, topic)
-    query = str(uuid.uuid4())
+    topic, options, query = _eos_setup(bootstrap_servers, "sink-eos-marker", 2)
     messages = [_task(options, query, 0, t, [b"t%d-%d" % (t, i) for i in range(5)])
                 for t in range(2)]
     assert all(m.transaction is not None and m.total == 5 for m in messages)
@@ -413,10 +417,7 @@ def test_exactly_once_commit_recovers_after_a_crash_between_marker_and_end_txn(
 @pytest.mark.skip_on_embedded("transactions and read_committed need real Kafka")
 def test_exactly_once_batch_whose_transaction_the_broker_aborted_is_rewritten(
         bootstrap_servers):
-    topic = unique_topic_name("sink-eos-fenced")
-    create_topic(bootstrap_servers, topic, 1)
-    options = _eos_options(bootstrap_servers, topic)
-    query = str(uuid.uuid4())
+    topic, options, query = _eos_setup(bootstrap_servers, "sink-eos-fenced")
     messages = [_task(options, query, 4, t, [b"x%d" % t]) for t in range(3)]
     # What the coordinator does to a transaction open longer than its timeout: fence and abort.
     abort_stale_transaction(options.client_config, transactional_id("pykafka-test", query, 1),
@@ -452,11 +453,25 @@ def test_exactly_once_stream_with_speculative_execution_fails_before_writing(
 def test_exactly_once_transaction_timeout_above_the_brokers_maximum_names_both(
         bootstrap_servers):
     # Issue 18 item 4. The test brokers keep Kafka's default transaction.max.timeout.ms (15 min).
-    topic = unique_topic_name("sink-eos-timeout")
-    create_topic(bootstrap_servers, topic, 1)
-    options = _eos_options(bootstrap_servers, topic, **{"kafka.transaction.timeout.ms": "900001"})
+    _, options, query = _eos_setup(bootstrap_servers, "sink-eos-timeout",
+                                   **{"kafka.transaction.timeout.ms": "900001"})
     with pytest.raises(Exception) as info:
-        _task(options, str(uuid.uuid4()), 0, 0, [b"x"])
+        _task(options, query, 0, 0, [b"x"])
     text = str(info.value)
     assert "INVALID_TRANSACTION_TIMEOUT" in text and "(900001 ms" in text
     assert "at most the brokers' transaction.max.timeout.ms" in text
+
+
+@pytest.mark.skip_on_embedded("transactions need real Kafka")
+def test_exactly_once_task_of_a_checkpoint_older_than_the_marker_fails_without_writing(
+        bootstrap_servers):
+    # Issue 18 item 3 (D): the marker records batches 0-4, an older checkpoint runs batch 2.
+    from kafka_source.write.exactly_once import CheckpointBehindMarkerError
+
+    topic, options, query = _eos_setup(bootstrap_servers, "sink-eos-behind")
+    with MarkerStore(options.client_config, marker_group("pykafka-test", query)) as store:
+        store.commit({(topic, 0): (5, encode_marker(4, []))})
+    with pytest.raises(CheckpointBehindMarkerError, match="micro-batches 2 to 4 would be skipped"):
+        _task(options, query, 2, 0, [b"x"])
+    assert _task(options, query, 4, 0, [b"x"]).skipped     # the normal re-run of the last one
+    assert read_back(bootstrap_servers, topic) == []

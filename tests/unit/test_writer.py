@@ -480,3 +480,57 @@ def test_marker_commit_without_read_on_the_topic_names_the_missing_acl(acl_clust
         store.commit({("a", 0): (1, "m")})
         with pytest.raises(MarkerAccessError, match="Missing ACL: READ on Topic 'b'"):
             store.commit({("b", 0): (1, "m")})
+
+
+# --- a checkpoint older than the marker (issue 18 item 3, D) ------------------------------------
+
+@pytest.mark.parametrize("committed,batch,outcome", [
+    (5, 4, "skipped"),           # the normal re-run of the last batch after a crash
+    (5, 5, "written"),           # the next batch
+    (0, 0, "written"),
+    (5, 3, "behind"),            # an older checkpoint: batches 3 and 4 would be skipped
+    (9, 0, "behind")])
+def test_exactly_once_task_refuses_a_checkpoint_older_than_the_marker(monkeypatch, committed,
+                                                                      batch, outcome):
+    from kafka_source.config.sink_options import parse_sink_options
+    from kafka_source.write import exactly_once, producer
+
+    class Store:
+        group = "app-q"
+
+        def __init__(self, config, group):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def committed_batches(self):
+            return committed
+
+    class Written(Exception):
+        pass
+
+    def no_producer(*a, **kw):
+        raise Written()
+
+    monkeypatch.setattr(exactly_once, "MarkerStore", Store)
+    monkeypatch.setattr(producer, "Producer", no_producer)
+    options = parse_sink_options({"kafka.bootstrap.servers": "h:1", "topic": "out",
+                                  "exactlyOnce": "true", "kafka.transactional.id": "app"})
+    run = lambda: exactly_once.write_exactly_once(  # noqa: E731
+        options, Columns(), iter([]), query_id="q", batch_id=batch, task=0)
+    if outcome == "skipped":
+        assert run().skipped
+    elif outcome == "written":
+        with pytest.raises(Written):
+            run()
+    else:
+        with pytest.raises(exactly_once.CheckpointBehindMarkerError) as info:
+            run()
+        text = str(info.value)
+        assert f"micro-batches {batch} to {committed - 1} would be skipped" in text
+        assert "'app-q'" in text and "'kafka.transactional.id'" in text
+        assert "new checkpoint location" in text
