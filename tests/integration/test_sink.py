@@ -432,6 +432,7 @@ def test_exactly_once_batch_whose_transaction_the_broker_aborted_is_rewritten(
     assert [r.value for r in read_back(bootstrap_servers, topic, committed_only=True)] == [b"x0"]
 
 
+@pytest.mark.once     # a Spark of its own (speculation is set at start): CI's first pass only
 @pytest.mark.skip_on_embedded("transactions need real Kafka")
 def test_exactly_once_stream_with_speculative_execution_fails_before_writing(
         bootstrap_servers, tmp_path):
