@@ -505,6 +505,15 @@ def _warn_unassigned(partitions_per_topic, subscriptions, owner, assignor_name) 
     subscribed = {t for s in subscriptions.values() for t in s.topics}
     missing = [(t, p) for t in sorted(subscribed & set(partitions_per_topic))
                for p in range(partitions_per_topic[t]) if (t, p) not in owner]
+    # A cooperative assignor leaves a partition out while the member that gives it up still
+    # owns it: it is assigned in the rebalance that follows at once.
+    owned = {tp for s in subscriptions.values() for tp in s.owned_partitions}
+    if missing and assignor_name == "cooperative-sticky":
+        waiting = [tp for tp in missing if tp in owned]
+        if waiting:
+            log.info("assignor %r moves %d partition(s) in two rounds: %s", assignor_name,
+                     len(waiting), ", ".join(f"{t}-{p}" for t, p in waiting[:10]))
+        missing = [tp for tp in missing if tp not in owned]
     if missing:
         shown = ", ".join(f"{t}-{p}" for t, p in missing[:10])
         more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""

@@ -245,7 +245,10 @@ class GroupMember(GroupCommits):
             self._raise_fatal()
             try:
                 if self._join_once(topics):
-                    return
+                    if self.rejoin_reason() is None or not getattr(self.assignor,
+                                                                  "cooperative", False):
+                        return
+                    continue                  # the second round of a cooperative rebalance
                 last_error = self._last_join_error
             except RetriableBrokerError as exc:
                 self._node = None
@@ -261,9 +264,17 @@ class GroupMember(GroupCommits):
     def _join_once(self, topics: frozenset[str]) -> bool:
         """One JoinGroup + SyncGroup round; True when the member is in a stable generation."""
         node = self._coordinator()
-        member_id = self.generation.member_id
-        subscription = Subscription(tuple(sorted(topics)),
-                                    user_data=self.assignor.subscription_user_data(set(topics)))
+        current = self.generation
+        member_id = current.member_id
+        cooperative = getattr(self.assignor, "cooperative", False)
+        # Cooperative (KIP-429): the member keeps its partitions through the rebalance and says
+        # which it owns, in which generation; after fencing it owns nothing (it lost them).
+        owned = self._assignment if cooperative and current.generation_id != _NO_GENERATION \
+            else ()
+        subscription = Subscription(
+            tuple(sorted(topics)), user_data=self.assignor.subscription_user_data(set(topics)),
+            owned_partitions=owned,
+            generation_id=current.generation_id if cooperative else _NO_GENERATION)
         request = JoinGroupRequest(
             group_id=self.group_id, session_timeout_ms=self.options.session_timeout_ms,
             rebalance_timeout_ms=self.options.rebalance_timeout_ms, member_id=member_id,
@@ -317,10 +328,14 @@ class GroupMember(GroupCommits):
             return False
         assignment = Assignment.decode(bytes(sync.assignment or b""))
         self.assignor.on_assignment(assignment)
+        remember = getattr(self.assignor, "remember", None)   # the sticky assignors
+        if remember is not None:
+            remember(assignment.partitions, generation.generation_id)
         with self._lock:
             if self._generation != generation:  # fenced by the heartbeat thread meanwhile
                 self._last_join_error = "the generation changed during SyncGroup"
                 return False
+            revoked = set(self._assignment) - set(assignment.partitions)
             self._assignment = tuple(sorted(set(assignment.partitions)))
             self._lost_at_assignment = self._generations_lost
             self._topics = topics
@@ -333,6 +348,12 @@ class GroupMember(GroupCommits):
                  " (leader, assignment kept)" if leader and response.skip_assignment else
                  " (leader)" if leader else "", _describe(self._assignment))
         self._start_heartbeat()
+        if cooperative and revoked:
+            # KIP-429's second round: what this member gave up is assigned to nobody until it
+            # says it no longer owns it. Its processed offsets were committed before the join
+            # and nothing was read since, so it rejoins at once.
+            self.request_rejoin(f"it gave up {_describe(sorted(revoked))} in a cooperative "
+                                "rebalance")
         return True
 
     def _assign(self, members, generation: Generation) -> list:

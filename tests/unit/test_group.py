@@ -1439,3 +1439,52 @@ def test_fake_session_expiry_follows_its_clock():
         assert a.heartbeat() == UNKNOWN_MEMBER_ID
     finally:
         fake.shutdown()
+
+
+# ------------------------------------------------------------------------------------------
+# Cooperative rebalancing (KIP-429, assignor cooperative-sticky)
+# ------------------------------------------------------------------------------------------
+
+def test_cooperative_member_keeps_what_it_keeps_and_rejoins_once_for_what_it_gave_up(make_member):
+    from kafka_source.group.sticky import CooperativeStickyAssignor
+
+    fake = FakeCoordinator({"t": 6}, member_id_factory=lambda client_id: client_id)
+    try:
+        x = make_member(fake, "C0", assignor=CooperativeStickyAssignor())
+        y = make_member(fake, "C1", assignor=CooperativeStickyAssignor())
+        assert x.ensure_active(["t"]) == tps("tp0 tp1 tp2 tp3 tp4 tp5")            # generation 1: C0 alone
+        y_joining = Background(y.ensure_active, ["t"], name="C1-join")
+        assert fake.wait_for(lambda: "C1" in fake.awaiting_join(GROUP))
+        wait_rebalance_noticed(x)
+        # Generation 2: C0 keeps three partitions and gives up three, which nobody gets yet;
+        # C0 rejoins at once (generation 3), and so does C1 as soon as it hears of it.
+        x_assigned = x.ensure_active(["t"])
+        y_assigned = y_joining.result(5)
+        assert len(x_assigned) == len(y_assigned) == 3
+        assert set(x_assigned) | set(y_assigned) == set(tps("tp0 tp1 tp2 tp3 tp4 tp5"))
+        assert x.generation.generation_id == y.generation.generation_id == 3
+        # C0 said what it owned, and in which generation, each time it joined.
+        subs = [Subscription.decode(bytes(j.protocols[0].metadata))
+                for j in fake.sent(JOIN, client_id="C0")]
+        owned = [(s.owned_partitions, s.generation_id) for s in subs if s.generation_id > 0]
+        assert owned == [(tps("tp0 tp1 tp2 tp3 tp4 tp5"), 1), (x_assigned, 2)]
+        # No member ever held a partition another one still owned: in generation 2 C1 got
+        # nothing, and C0 only part of what it had.
+        second = next(s for s in fake.sent(SYNC, client_id="C0") if s.generation_id == 2)
+        given = {a.member_id: Assignment.decode(bytes(a.assignment)).partitions
+                 for a in second.assignments}
+        assert given["C1"] == () and set(given["C0"]) < set(tps("tp0 tp1 tp2 tp3 tp4 tp5"))
+        assert fake.group(GROUP).generation == 3 and fake.state(GROUP) == STABLE
+        assert x.rebalances == 3
+    finally:
+        fake.shutdown()
+
+
+def test_an_eager_member_says_it_owns_nothing(fake, make_member):
+    x = make_member(fake, "C0")
+    x.ensure_active(["t0"])
+    x.request_rejoin("test")
+    x.ensure_active(["t0"])
+    subs = [Subscription.decode(bytes(j.protocols[0].metadata))
+            for j in fake.sent(JOIN, client_id="C0")]
+    assert all(s.owned_partitions == () and s.generation_id == -1 for s in subs)
