@@ -2,7 +2,8 @@
 
 The stream reader's planning methods run in one long-lived Python process on the driver; that
 process is a member of the consumer group, speaking the protocol the way Kafka's own consumer does
-(eager rebalancing, protocol type ``consumer``):
+(protocol type ``consumer``; eager rebalancing, or cooperative with ``cooperative-sticky``, see
+below):
 
     FindCoordinator -> JoinGroup(subscription, assignor) -> [leader: run the assignor over every
     member's subscription] -> SyncGroup -> Heartbeat ... OffsetFetch / OffsetCommit ... LeaveGroup
@@ -45,6 +46,13 @@ does not assign (the stored assignment stands) but watches the partition counts 
 before v9 it is answered as a follower. A second member joining with the same instance id takes
 the place of the first the same way; the first is then answered FENCED_INSTANCE_ID, which is
 fatal (:meth:`GroupMember._instance_fenced`): rejoining would fence the other one in turn.
+
+Cooperative rebalancing (KIP-429, assignor ``cooperative-sticky``): the member's Subscription
+says which partitions it owns and in which generation, and it keeps them through the rebalance;
+the leader gives nobody a partition another member still owns. A member whose new assignment
+lacks some of its partitions has given them up -- their processed offsets were committed before
+it joined, and nothing was read since -- and rejoins at once, so that the round that follows
+assigns them to their new member.
 
 With ``assign`` (manual assignment) the query does not join: it only reads and commits offsets
 under the group id, as a Java consumer with ``assign()`` does (generation -1).
