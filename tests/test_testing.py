@@ -276,6 +276,7 @@ def _kafka_home() -> str:
 
 
 @pytest.mark.integration
+@pytest.mark.once     # starts a broker of its own, whatever the pass's broker: once is enough
 def test_local_kafka_broker_start_restart_stop():
     broker = testing.LocalKafkaBroker(_kafka_home())
     try:
@@ -307,6 +308,7 @@ def _kafka_zk_home() -> str:
 
 
 @pytest.mark.integration
+@pytest.mark.once     # starts brokers of its own, whatever the pass's broker: once is enough
 def test_local_zk_kafka_broker_start_restart_stop():
     user, password = "alice", "alice-secret"
     broker = testing.LocalZkKafkaBroker(

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from kafka_source.testing import create_topic, unique_topic_name
 
 from .fresh_process import run_script
 from .test_stream import group_timeouts, produce_counts, stream_options  # noqa: F401 (fixture)
 
 
+@pytest.mark.once     # a Spark of its own (~40-60 s): what it checks is Spark's, not the broker's
 def test_batch_and_stream_in_a_fresh_session_without_register(bootstrap_servers, group_timeouts,
                                                               tmp_path):
     topic = unique_topic_name("autoreg")

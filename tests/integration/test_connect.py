@@ -54,6 +54,7 @@ def connect_url(tmp_path_factory):
         log.close()
 
 
+@pytest.mark.once     # a Spark Connect server of its own: CI's first pass only
 def test_batch_and_stream_reads_through_spark_connect(connect_url, bootstrap_servers,
                                                       group_timeouts, tmp_path):
     topic = unique_topic_name("connect")
