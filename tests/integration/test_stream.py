@@ -262,7 +262,10 @@ class PlainConsumer:
             topic, bootstrap_servers=bootstrap, group_id=group, client_id="plain-consumer",
             auto_offset_reset="earliest", enable_auto_commit=True, auto_commit_interval_ms=200,
             session_timeout_ms=session, heartbeat_interval_ms=heartbeat,
-            max_poll_interval_ms=4 * session, partition_assignment_strategy=[assignor])
+            max_poll_interval_ms=4 * session, partition_assignment_strategy=[assignor],
+            # A leader whose metadata lacks the just-created topic assigns nothing ("No
+            # partition metadata for topic ..."); a quick refresh makes it rebalance soon.
+            metadata_max_age_ms=500)
         self.rows: list[tuple[int, int, str]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -297,6 +300,12 @@ def test_query_and_plain_consumer_share_a_group(spark, bootstrap_servers, group_
     topic = unique_topic_name(f"share-{assignor}")
     create_topic(bootstrap_servers, topic, partitions=5)
     group = unique_topic_name("g-share")
+    probe = KafkaConsumer(bootstrap_servers=bootstrap_servers)
+    try:   # the plain consumer's leader assigns nothing while its metadata lacks the new topic
+        wait_until(lambda: len(probe.partitions_for_topic(topic) or ()) == 5, 30,
+                   f"metadata of the new topic {topic}")
+    finally:
+        probe.close()
     plain = PlainConsumer(bootstrap_servers, topic, group, group_timeouts, kafka_python_assignor)
     query = None
     try:
