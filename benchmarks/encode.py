@@ -22,7 +22,7 @@ import pyarrow as pa
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from kafka_source.wire.encode import (  # noqa: E402
+from kafka_source.wire.format.encode import (  # noqa: E402
     encode_record_batch,
     encode_record_batches,
     record_sizes,

@@ -44,3 +44,12 @@ class ColumnError(KafkaSourceError, ValueError):
 class ProduceError(KafkaSourceError):
     """Records written to Kafka were not acknowledged: the message names the topic and
     partition (and the broker's error), so a failed write task says what it could not write."""
+
+
+class RetriableBrokerError(Exception):
+    """A failure worth retrying after refreshing metadata (leader moved, broker restarting).
+
+    Not a :class:`KafkaSourceError`: it never reaches a user as it is; the retry loops turn it
+    into a bounded :class:`BrokerUnavailableError` or :class:`TopicError` when time runs out.
+    Raised by the request client and by the executors' fetch connections alike, so it lives
+    here rather than in either of them."""

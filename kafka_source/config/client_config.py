@@ -13,7 +13,7 @@ PEM inline), ``kafka.ssl.key.password``, plus kafka-python's PEM file names (``k
 :class:`~kafka_source.config.secrets.Secret` here, the moment they are read, so that no later
 ``repr`` can show them. The SASL settings are checked for consistency here (mechanism against
 login module, credentials present); the TLS settings name files, which are read and checked by
-:mod:`kafka_source.wire.tls` where a connection is made.
+:mod:`kafka_source.wire.net.tls` where a connection is made.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ _CONNECTION_SETTINGS = {
     "receive.message.max.bytes": ("receive_message_max_bytes", int),
 }
 
-# TLS settings, read by kafka_source.wire.tls into an ssl.SSLContext (not by kafka-python).
+# TLS settings, read by kafka_source.wire.net.tls into an ssl.SSLContext (not by kafka-python).
 # Java's names; ssl.cafile/certfile/keyfile/password/crlfile are kafka-python's PEM file names.
 _TLS_SETTINGS = {
     "ssl.truststore.location": ("ssl_truststore_location", str),
@@ -271,7 +271,7 @@ def uses_tls(config: Mapping[str, object]) -> bool:
 # first record batch of a response whole even when it is larger than both (KIP-74): a response
 # can be as large as the largest batch a topic allows (its max.message.bytes). The fetch
 # connection applies the same rule per request, so a partition byte limit the fetcher grew
-# raises the limit of the responses to it (kafka_source/wire/fetch_connection.py).
+# raises the limit of the responses to it (kafka_source/wire/net/fetch_connection.py).
 DEFAULT_RECEIVE_MESSAGE_MAX_BYTES = 100_000_000
 _RESPONSE_HEADROOM = 1 << 20
 
@@ -303,7 +303,7 @@ def receive_message_max_bytes(config: Mapping[str, object]) -> int:
 
 def connection_settings(config: Mapping[str, object]) -> dict[str, object]:
     """The subset of ``config`` that configures connections: kafka-python's network client
-    settings and the TLS settings (:mod:`kafka_source.wire.tls`). Secrets stay wrapped."""
+    settings and the TLS settings (:mod:`kafka_source.wire.net.tls`). Secrets stay wrapped."""
     names = {target for target, _ in _CONNECTION_SETTINGS.values()} | TLS_SETTINGS
     settings = {k: v for k, v in config.items() if k in names}
     settings["receive_message_max_bytes"] = receive_message_max_bytes(config)

@@ -316,7 +316,7 @@ def validate_common_options(options: Mapping[str, str]) -> None:
     parse_subscription(opts)
     config = client_config_from_options(opts)
     if uses_tls(config):
-        from ..wire.tls import ssl_context
+        from ..wire.net.tls import ssl_context
 
         ssl_context(config)
     parse_bool(opts, "includeHeaders", False)

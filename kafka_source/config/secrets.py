@@ -10,7 +10,7 @@ So a secret is wrapped in :class:`Secret` as soon as it is parsed. Its ``repr``/
 are redacted, it compares and hashes by value (the executors' connection cache keys on the
 settings), and it pickles (executors need the value). The plain value comes out only through
 :meth:`Secret.reveal`, called where it is handed to the TLS or SASL layer
-(:mod:`kafka_source.wire.tls`, :class:`kafka_source.wire.client.BrokerClient`). Nothing has to
+(:mod:`kafka_source.wire.net.tls`, :class:`kafka_source.wire.net.client.BrokerClient`). Nothing has to
 remember to scrub a string: leaking takes an explicit ``reveal()``.
 
 Before they are parsed, the options are plain strings in Spark's hands. Spark shows no option of

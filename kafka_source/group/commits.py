@@ -24,7 +24,7 @@ from typing import Callable, Iterable, Mapping
 import kafka.errors as Errors
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 
-from ..wire.client import RetriableBrokerError, TopicPartition, error_for
+from ..wire.net.client import RetriableBrokerError, TopicPartition, error_for
 from ..errors import BrokerUnavailableError, KafkaSourceError
 
 # The member's logger: one name for everything the group member logs.

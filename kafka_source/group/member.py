@@ -72,7 +72,7 @@ from kafka.protocol.consumer import (HeartbeatRequest, JoinGroupRequest, LeaveGr
 
 from .assignors import Assignment, PartitionAssignor, Subscription, validate_assignment
 from .commits import COORDINATOR_MOVED, RETRY, GroupCommits
-from ..wire.client import BrokerClient, RetriableBrokerError, TopicPartition, error_for
+from ..wire.net.client import BrokerClient, RetriableBrokerError, TopicPartition, error_for
 from ..errors import BrokerSecurityError, KafkaSourceError, OptionError
 from ..config.options import GroupOptions
 
@@ -385,7 +385,7 @@ class GroupMember(GroupCommits):
         """Partition count of each topic that exists (absent topics are left out). A topic
         this client has seen that the answer lacks is doubted first (RetriableBrokerError: the
         join is tried again), so that the leader does not assign without the partitions of a
-        topic a just-started broker does not know yet (:mod:`kafka_source.wire.metadata_view`)."""
+        topic a just-started broker does not know yet (:mod:`kafka_source.wire.net.metadata_view`)."""
         topics = list(topics)
         if not topics:
             return {}

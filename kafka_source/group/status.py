@@ -25,7 +25,7 @@ of what a streaming query committed.
   consumers in the group show up as well. Static members (KIP-345: a query with
   ``kafka.group.instance.id``, a consumer with ``group.instance.id``) show their instance id
   (DescribeGroups v4+, Kafka 2.3+), as ``kafka-consumer-groups.sh --describe --members`` does.
-* Every request goes through the connector's :class:`~kafka_source.wire.client.BrokerClient`, so
+* Every request goes through the connector's :class:`~kafka_source.wire.net.client.BrokerClient`, so
   TLS and SASL work exactly as in a query (trust and key stores, secrets never shown) and
   transient errors are retried within ``kafka.request.timeout.ms``.
 """
@@ -114,7 +114,7 @@ def describe_group(options: Mapping[str, str] | str, group_id: str,
     """
     from ..config.client_config import client_config_from_options
     from ..config.options import _lower_keys
-    from ..wire.client import LATEST_TIMESTAMP, BrokerClient, Retries, readable_topic
+    from ..wire.net.client import LATEST_TIMESTAMP, BrokerClient, Retries, readable_topic
 
     if isinstance(options, str):
         options = {"kafka.bootstrap.servers": options}
@@ -148,7 +148,7 @@ def _describe(client, group_id: str) -> tuple[object, tuple[str, str, list[Membe
     moving: a fresh cluster answers CoordinatorNotAvailable until its offsets topic exists."""
     from kafka.protocol.admin import DescribeGroupsRequest
 
-    from ..wire.client import RetriableBrokerError
+    from ..wire.net.client import RetriableBrokerError
 
     retriable = (Errors.CoordinatorLoadInProgressError, Errors.CoordinatorNotAvailableError,
                  Errors.NotCoordinatorError)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
-from ..wire.client import TopicPartition
+from ..wire.net.client import TopicPartition
 
 Offsets = Mapping[TopicPartition, int]
 

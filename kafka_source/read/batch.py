@@ -3,7 +3,7 @@
 ``partitions()`` runs on the driver: it resolves the offset ranges (:mod:`kafka_source.read.offsets`)
 and splits or packs them into tasks (:mod:`kafka_source.read.planning`). ``read()`` runs in an executor's Python
 worker for one task: it fetches and decodes the task's ranges (:mod:`kafka_source.read.fetcher`) and
-yields Arrow batches (:mod:`kafka_source.wire.arrow`).
+yields Arrow batches (:mod:`kafka_source.wire.format.arrow`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class KafkaBatchReader(AcksJvmOnUnpickle, DataSourceReader):
         self.parallelism = parallelism    # Spark's default parallelism, if known
 
     def partitions(self) -> list[InputPartition]:
-        from ..wire.client import BrokerClient
+        from ..wire.net.client import BrokerClient
         from .offsets import plan_batch_ranges
 
         opts = self.options

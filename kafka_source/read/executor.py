@@ -12,7 +12,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from ..wire.client import BrokerClient
+from ..wire.net.client import BrokerClient
 from ..config.client_config import connection_settings
 from .fetcher import FetchSettings, RangeFetcher
 from .planning import KafkaInputPartition

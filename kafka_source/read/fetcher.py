@@ -3,14 +3,14 @@
 A task holds one or more offset ranges (:mod:`kafka_source.read.planning` packs small ones
 together). The ranges are grouped by partition leader and each leader gets one Fetch request for
 all of its partitions, again and again, until every range is read, over a dedicated connection
-with a fetch session (:mod:`kafka_source.wire.fetch_connection`). The returned record batches are
+with a fetch session (:mod:`kafka_source.wire.net.fetch_connection`). The returned record batches are
 decoded and handed on: as Arrow batches straight from the bytes
-(:func:`kafka_source.wire.fast_decode.decode_to_arrow`, the executors' path), or as Python
-records (:func:`kafka_source.wire.records.decode_records`, the reference decoder it is tested
+(:func:`kafka_source.wire.format.fast_decode.decode_to_arrow`, the executors' path), or as Python
+records (:func:`kafka_source.wire.format.records.decode_records`, the reference decoder it is tested
 against). Records of one partition come out in offset order; partitions interleave.
 
 Fetch and decode overlap: as soon as a response is in, the next request is sent, at the
-positions its batch headers say the decoder will reach (:func:`kafka_source.wire.records.scan_batches`),
+positions its batch headers say the decoder will reach (:func:`kafka_source.wire.format.records.scan_batches`),
 and only then is the response decoded. So the broker reads and sends the next chunk while this
 one is decoded. A partition whose decoded position differs from that (it cannot for well-formed
 data) or that reported an error ignores its part of the next response and is fetched again from
@@ -37,7 +37,7 @@ Along the way, per partition, it:
 * waits at most ``kafkaConsumer.pollTimeoutMs`` without progress, for offsets that are not in
   the log yet or for a broker that does not answer;
 * fails at once on a response larger than its connection accepts (a record batch above every
-  limit: :class:`~kafka_source.wire.fetch_connection.FetchResponseTooLargeError` names the
+  limit: :class:`~kafka_source.wire.net.fetch_connection.FetchResponseTooLargeError` names the
   partition and the options to raise), since fetching it again would only bring it again.
 """
 
@@ -53,12 +53,12 @@ import pyarrow as pa
 
 from ..errors import (BrokerUnavailableError, KafkaSourceError, TopicError,
                       TopicNotFoundError)
-from ..wire.client import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient,
+from ..wire.net.client import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient,
                            RetriableBrokerError, error_for)
-from ..wire.fast_decode import decode_to_arrow
-from ..wire.fetch_protocol import FetchPartitionRequest, FetchResult, PartitionData
-from ..wire.fetch_session import FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH
-from ..wire.records import Record, decode_records, scan_batches
+from ..wire.format.fast_decode import decode_to_arrow
+from ..wire.net.fetch_protocol import FetchPartitionRequest, FetchResult, PartitionData
+from ..wire.net.fetch_session import FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH
+from ..wire.format.records import Record, decode_records, scan_batches
 from .offsets import OffsetRange, on_data_loss
 
 log = logging.getLogger(__name__)
@@ -157,7 +157,7 @@ class RangeFetcher:
     def read(self, ranges: OffsetRange | Iterable[OffsetRange]) -> Iterator[list[Record]]:
         """Yield lists of records of ``ranges`` (each range's in offset order); every offset of
         every range is accounted for. Decodes with the reference decoder
-        (:mod:`kafka_source.wire.records`)."""
+        (:mod:`kafka_source.wire.format.records`)."""
         s = self.settings
 
         def decode(data, position, aborted, r):
@@ -171,7 +171,7 @@ class RangeFetcher:
     def read_arrow(self, ranges: OffsetRange | Iterable[OffsetRange],
                    include_headers: bool) -> Iterator[pa.RecordBatch]:
         """Yield Arrow batches of the ranges' records (Spark's schema), decoded without a Python
-        object per record (:mod:`kafka_source.wire.fast_decode`); otherwise exactly :meth:`read`."""
+        object per record (:mod:`kafka_source.wire.format.fast_decode`); otherwise exactly :meth:`read`."""
         s = self.settings
 
         def decode(data, position, aborted, r):

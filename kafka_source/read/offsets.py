@@ -8,7 +8,7 @@ fails the query or (``failOnDataLoss=false``) moves the start up with a warning.
 Batch and stream planning ask the cluster through the same bounded retries
 (:func:`planning_retries`), so a broker restarting while a query is planned costs a few seconds,
 not the job; a topic that does not exist on a cluster that otherwise answers normally is still
-reported at once (see :mod:`kafka_source.wire.client`).
+reported at once (see :mod:`kafka_source.wire.net.client`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..wire.client import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient, Retries,
+from ..wire.net.client import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient, Retries,
                            TopicPartition, readable_topic)
 from ..errors import DataLossError, OptionError, TopicError
 from ..config.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, Subscription

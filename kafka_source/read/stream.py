@@ -78,7 +78,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
                                               ReadMinRows, SupportsTriggerAvailableNow)
 
 from .admission import hold_back, rate_limit
-from ..wire.client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient, TopicPartition
+from ..wire.net.client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient, TopicPartition
 from ..errors import KafkaSourceError, OptionError
 from .offsets import (OffsetRange, OffsetResolver, check_start_for_data_loss, on_data_loss,
                       partitions_in_metadata, planning_retries, subscription_topics)
@@ -302,7 +302,7 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         """Every partition the subscription covers now (strict: missing topics are errors).
 
         A topic or partition read at the last trigger that an answer lacks is doubted before
-        it is taken as deleted (:mod:`kafka_source.wire.metadata_view`): a broker that has
+        it is taken as deleted (:mod:`kafka_source.wire.net.metadata_view`): a broker that has
         just started may not know it yet. With ``subscribePattern`` those are the topics read
         at the last trigger; with named topics, the named ones."""
         sub = self.options.source.subscription

@@ -1,11 +1,12 @@
-"""Kafka's wire format, shared by the driver and the executors.
+"""Kafka's protocol, shared by the driver and the executors, in two halves that meet only in
+the fetch loop's receive buffer:
 
-``client``       protocol requests (Metadata, ListOffsets, Fetch, FindCoordinator) over
-                 kafka-python's network layer
-``tls``          the TLS context from trust and key stores (PKCS12, PEM)
-``handshake``    connection set-up: TLS and SASL failures diagnosed on the first attempt
-``records``      record batches v2 and legacy message sets: the reference decoder (the spec)
-``fast_decode``  the executors' decoder: whole record batches straight into Arrow columns
-``codecs``       gzip, snappy, lz4, zstd
-``arrow``        decoded records -> Arrow, the reference for ``fast_decode``
+``net/``     talking to brokers: requests and responses, connections, TLS and SASL, the cluster's
+             metadata. Knows nothing of what a record batch holds.
+``format/``  Kafka's on-disk and on-the-wire record format: record batches v2 and legacy message
+             sets, decoded to and encoded from Arrow, and their compression codecs. Needs no
+             socket: it works on bytes, which is how the decoders are tested against each other.
+
+``net`` imports ``format`` (a Fetch connection reads straight into the decoder's padded buffer);
+``format`` never imports ``net``.
 """

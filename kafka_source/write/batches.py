@@ -4,9 +4,9 @@
 their partitions (chosen by the writer). It groups them by partition -- stably, so each
 partition keeps the rows' order -- and appends them to that partition's open batch as Arrow
 slices (no copy). A batch is cut when the next row would make it larger than ``batch_size``
-(sizes from :func:`~kafka_source.wire.encode.record_sizes`, the exact encoded size of each
+(sizes from :func:`~kafka_source.wire.format.encode.record_sizes`, the exact encoded size of each
 record, uncompressed); a row larger than that gets a batch of its own. A cut batch is encoded
-at once (:func:`~kafka_source.wire.encode.encode_record_batch`, with the producer id, epoch and
+at once (:func:`~kafka_source.wire.format.encode.encode_record_batch`, with the producer id, epoch and
 base sequence when idempotent) and the bytes are kept until the broker acknowledged them: a
 retry resends exactly the same bytes, which is what lets the broker recognise a duplicate. An
 open batch is cut when it is ``linger_ms`` old, when ``Producer.flush`` is called, and when the
@@ -38,7 +38,7 @@ from collections import deque
 import numpy as np
 import pyarrow as pa
 
-from ..wire.encode import BATCH_OVERHEAD, encode_record_batch
+from ..wire.format.encode import BATCH_OVERHEAD, encode_record_batch
 from .produce_errors import _produce_error
 
 TopicPartition = tuple[str, int]

@@ -78,7 +78,7 @@ import kafka.errors as Errors
 from ..errors import KafkaSourceError, ProduceError
 
 if TYPE_CHECKING:
-    from ..wire.client import BrokerClient
+    from ..wire.net.client import BrokerClient
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ class MarkerStore:
     coordinator loads or moves, within ``kafka.request.timeout.ms``."""
 
     def __init__(self, client_config: Mapping[str, object], group: str):
-        from ..wire.client import BrokerClient
+        from ..wire.net.client import BrokerClient
 
         self.group = group
         self.client = BrokerClient(client_config)
@@ -208,7 +208,7 @@ class MarkerStore:
         self.close()
 
     def _call(self, what: str, attempt):
-        from ..wire.client import RetriableBrokerError
+        from ..wire.net.client import RetriableBrokerError
 
         timeout_ms = self.client.request_timeout_ms
         deadline = time.monotonic() + timeout_ms / 1000
@@ -309,7 +309,7 @@ class MarkerStore:
         self._call("OffsetCommit", attempt)
 
     def _check(self, err, what: str, topic: str | None = None) -> None:
-        from ..wire.client import RetriableBrokerError
+        from ..wire.net.client import RetriableBrokerError
 
         if err is Errors.NoError:
             return

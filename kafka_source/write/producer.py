@@ -61,8 +61,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import BrokerUnavailableError, OptionError, ProduceError, TopicError
-from ..wire.client import BrokerClient, RetriableBrokerError, TopicInfo, error_for
-from ..wire.encode import BATCH_OVERHEAD, record_sizes
+from ..wire.net.client import BrokerClient, RetriableBrokerError, TopicInfo, error_for
+from ..wire.format.encode import BATCH_OVERHEAD, record_sizes
 from .batches import (TopicPartition, _Accumulator, _bare_sizes, _group_by_partition,
                       _Partition, _sizes_at, _slice, _take)
 from .clock import _Clock

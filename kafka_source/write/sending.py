@@ -33,7 +33,7 @@ import kafka.errors as Errors
 from kafka.protocol.metadata import ApiVersionsRequest
 from kafka.protocol.producer import ProduceRequest
 
-from ..wire.client import RetriableBrokerError, error_for
+from ..wire.net.client import RetriableBrokerError, error_for
 from .batches import TopicPartition, _Batch, _Partition
 from .produce_errors import (_FATAL_NETWORK_ERRORS, _FENCED, _NONE, _describe,
                              _fatal_produce_message)

@@ -35,7 +35,7 @@ from kafka.protocol.producer import (AddPartitionsToTxnRequest, EndTxnRequest,
 
 from ..config.sink_options import DEFAULT_EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS
 from ..errors import ProduceError
-from ..wire.client import BrokerClient, RetriableBrokerError, error_for
+from ..wire.net.client import BrokerClient, RetriableBrokerError, error_for
 from .batches import TopicPartition
 from .clock import _Clock
 from .produce_errors import _FENCED, _NONE, _produce_error

@@ -46,7 +46,7 @@ def _check_topic_exists(options: SinkOptions) -> None:
     :data:`_TOPIC_CHECK_VALID_S` per cluster and topic in this Python process."""
     if options.topic is None:
         return
-    from ..wire.client import BrokerClient, Retries, readable_topic
+    from ..wire.net.client import BrokerClient, Retries, readable_topic
 
     seen_key = (str(options.client_config.get("bootstrap_servers")), options.topic)
     seen = _TOPICS_SEEN.get(seen_key)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from kafka_source.testing import create_topic, unique_topic_name
-from kafka_source.wire.client import RetriableBrokerError
+from kafka_source.wire.net.client import RetriableBrokerError
 
 from .java_consumer import JavaConsumer, kafka_home
 from .test_stream import (describe_group, expected_rows, produce_counts, sink_rows,

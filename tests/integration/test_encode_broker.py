@@ -3,7 +3,7 @@ count and offsets, compressed sections decompressed and walked, producer sequenc
 it accepts and a Java-compatible consumer (kafka-python's KafkaConsumer) reads back correctly is
 what the sink's producer will be sending.
 
-Batches go out as raw ProduceRequests through :class:`kafka_source.wire.client.BrokerClient`,
+Batches go out as raw ProduceRequests through :class:`kafka_source.wire.net.client.BrokerClient`,
 one per codec, and the idempotent-producer fields are checked by the broker's duplicate and
 sequence detection.
 """
@@ -18,8 +18,8 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
 from kafka_source.testing import create_topic, unique_topic_name
-from kafka_source.wire.client import BrokerClient
-from kafka_source.wire.encode import encode_record_batch
+from kafka_source.wire.net.client import BrokerClient
+from kafka_source.wire.format.encode import encode_record_batch
 
 pytestmark = pytest.mark.integration
 

@@ -44,7 +44,7 @@ from kafka_source.testing import (create_topic, local_distribution, start_local_
 from kafka_source.testing.proxy import (ApiKey, Fault, FaultProxy,
                                         broker_without_partitions_metadata, is_metadata_of,
                                         pid_of_client, restarting_broker_metadata)
-from kafka_source.wire.client import BrokerClient, RetriableBrokerError
+from kafka_source.wire.net.client import BrokerClient, RetriableBrokerError
 
 from .test_stream import (committed, end_offsets, load_stream, produce_counts, sink_rows,
                           stream_options, wait_until)

@@ -1,7 +1,7 @@
 """The executors' dedicated Fetch connections over TLS and SASL, on a real Kafka broker.
 
 kafka-python sets each fetch connection up (TLS handshake, SASL authentication) and the fetch
-loop then reads its socket directly (:mod:`kafka_source.wire.fetch_connection`). This module
+loop then reads its socket directly (:mod:`kafka_source.wire.net.fetch_connection`). This module
 starts its own Apache Kafka from ``KAFKA_HOME`` (``KAFKA_ZK_HOME`` in ZooKeeper mode on the Kafka 2.2
 pass, see ``start_local_broker``) with SASL_PLAINTEXT, SSL and SASL_SSL listeners (PLAIN and
 SCRAM-SHA-256, a test CA made with ``openssl``, SASL re-authentication every few seconds) and
@@ -22,7 +22,7 @@ from kafka_source.read.fetcher import FetchSettings, RangeFetcher
 from kafka_source.read.offsets import OffsetRange
 from kafka_source.testing import (create_topic, local_distribution, start_local_broker,
                                    unique_topic_name)
-from kafka_source.wire.client import BrokerClient
+from kafka_source.wire.net.client import BrokerClient
 
 from .test_batch_read import produce, varied_records
 

@@ -5,7 +5,7 @@ request's byte limits (KIP-74), so a response can be as large as the largest bat
 (its ``max.message.bytes``). The fetch connection accepts a response of at most its receive limit
 (100 MB by default) or twice what the request asked for; a larger one fails the read at once,
 naming the partition, the size and the options that raise the limit
-(:mod:`kafka_source.wire.fetch_connection`).
+(:mod:`kafka_source.wire.net.fetch_connection`).
 
 This module starts a Kafka of its own (``KAFKA_HOME``; ``KAFKA_ZK_HOME`` in ZooKeeper mode on the
 Kafka 2.2 pass, see ``start_local_broker``) that takes batches of up to ~170 MB, makes a topic

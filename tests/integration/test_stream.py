@@ -19,7 +19,7 @@ from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from kafka.protocol.admin import DescribeGroupsRequest
 
 from kafka_source.group.assignors import Assignment, RangeAssignor, RoundRobinAssignor, Subscription
-from kafka_source.wire.client import BrokerClient
+from kafka_source.wire.net.client import BrokerClient
 from kafka_source.testing import create_topic, unique_topic_name
 
 from .test_batch_read import BASE_TS, produce

@@ -1,4 +1,4 @@
-"""A scripted stand-in for :class:`kafka_source.wire.client.BrokerClient`.
+"""A scripted stand-in for :class:`kafka_source.wire.net.client.BrokerClient`.
 
 It holds, per partition, a log of record batches (bytes crafted by ``record_builder``), a log
 start offset and aborted-transaction entries, and answers ``fetch``/``list_offsets``/``leaders``
@@ -6,10 +6,10 @@ the way a broker would, so the fetch loop and offset planning can be tested with
 on things the embedded broker cannot show (transactions, log truncation, leader moves).
 
 ``fetch_connections()`` hands the fetch loop fake Fetch connections (the interface of
-:mod:`kafka_source.wire.fetch_connection`) that answer through ``fetch``. With ``sessions=True``
+:mod:`kafka_source.wire.net.fetch_connection`) that answer through ``fetch``. With ``sessions=True``
 they also play the broker's side of fetch sessions (KIP-227: the session keeps partitions and
 offsets; incremental responses leave out partitions with nothing new), driven by the real
-client-side :class:`~kafka_source.wire.fetch_session.FetchSession`. With
+client-side :class:`~kafka_source.wire.net.fetch_session.FetchSession`. With
 ``strict_batch_limit=True`` a record batch larger than a partition's byte limit is returned
 only for the first partition that returns data, as Kafka does; otherwise always.
 """
@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from kafka_source.errors import TopicError, TopicNotFoundError
-from kafka_source.wire.client import BrokerClient, PartitionInfo, RetriableBrokerError, TopicInfo
-from kafka_source.wire.fetch_protocol import FetchResult, PartitionData
-from kafka_source.wire.fetch_session import FetchSession
-from kafka_source.wire.metadata_view import MetadataView
+from kafka_source.wire.net.client import BrokerClient, PartitionInfo, RetriableBrokerError, TopicInfo
+from kafka_source.wire.net.fetch_protocol import FetchResult, PartitionData
+from kafka_source.wire.net.fetch_session import FetchSession
+from kafka_source.wire.net.metadata_view import MetadataView
 
 OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -196,7 +196,7 @@ class FakeCluster:
 
 
 class FakeConnections:
-    """The pool of fake Fetch connections (:class:`kafka_source.wire.fetch_connection.FetchConnections`)."""
+    """The pool of fake Fetch connections (:class:`kafka_source.wire.net.fetch_connection.FetchConnections`)."""
 
     def __init__(self, cluster: FakeCluster):
         self.cluster = cluster

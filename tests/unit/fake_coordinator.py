@@ -61,9 +61,9 @@ from kafka.protocol.consumer import (HeartbeatRequest, HeartbeatResponse, JoinGr
                                      OffsetFetchRequest, OffsetFetchResponse, SyncGroupRequest,
                                      SyncGroupResponse)
 
-from kafka_source.wire.client import (BrokerClient, PartitionInfo, RetriableBrokerError,
+from kafka_source.wire.net.client import (BrokerClient, PartitionInfo, RetriableBrokerError,
                                      TopicInfo)
-from kafka_source.wire.metadata_view import MetadataView
+from kafka_source.wire.net.metadata_view import MetadataView
 
 NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = Errors.UnknownTopicOrPartitionError.errno

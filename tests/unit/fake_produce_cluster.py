@@ -1,6 +1,6 @@
 """A scripted Kafka cluster for the producer's unit tests (:mod:`kafka_source.write.producer`).
 
-:class:`FakeProduceCluster` stands in for the :class:`~kafka_source.wire.client.BrokerClient`
+:class:`FakeProduceCluster` stands in for the :class:`~kafka_source.wire.net.client.BrokerClient`
 calls the producer makes -- ``metadata``, ``node_ready``, ``send_async``, ``poll``,
 ``unsent_bytes`` for Produce, and the blocking ``send`` for InitProducerId, AddPartitionsToTxn
 and EndTxn -- and plays the brokers' side the way Kafka does:
@@ -40,7 +40,7 @@ from kafka.protocol.producer import (AddPartitionsToTxnRequest, AddPartitionsToT
                                      InitProducerIdResponse, ProduceRequest, ProduceResponse)
 from kafka.record.default_records import DefaultRecordBatch
 
-from kafka_source.wire.client import PartitionInfo, RetriableBrokerError, TopicInfo
+from kafka_source.wire.net.client import PartitionInfo, RetriableBrokerError, TopicInfo
 
 NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3

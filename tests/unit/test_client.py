@@ -2,7 +2,7 @@
 
 ``BrokerClient.send`` is replaced by a stub that returns scripted Metadata answers (kafka-python
 response objects); what a restarting Kafka really answers is in the module docstring of
-:mod:`kafka_source.wire.client` and is exercised for real in ``tests/integration/test_faults.py``.
+:mod:`kafka_source.wire.net.client` and is exercised for real in ``tests/integration/test_faults.py``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from kafka.protocol.metadata import MetadataResponse
 
 from kafka_source.errors import BrokerUnavailableError, TopicError
-from kafka_source.wire.client import BrokerClient, Retries, RetriableBrokerError, readable_topic
+from kafka_source.wire.net.client import BrokerClient, Retries, RetriableBrokerError, readable_topic
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 LEADER_NOT_AVAILABLE = 5
@@ -107,9 +107,9 @@ def test_topic_metadata_waits_for_a_broker_that_knows_the_brokers_but_no_partiti
 def test_topic_metadata_doubts_a_topic_it_has_seen_until_answers_agree_for_the_bound(
         monkeypatch):
     clock = [0.0]
-    monkeypatch.setattr("kafka_source.wire.metadata_view.time.monotonic", lambda: clock[0])
-    monkeypatch.setattr("kafka_source.wire.client.time.monotonic", lambda: clock[0])
-    monkeypatch.setattr("kafka_source.wire.client.time.sleep",
+    monkeypatch.setattr("kafka_source.wire.net.metadata_view.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("kafka_source.wire.net.client.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("kafka_source.wire.net.client.time.sleep",
                         lambda s: clock.__setitem__(0, clock[0] + s))
     gone = answer({"t": UNKNOWN_TOPIC_OR_PARTITION}, brokers=THREE_BROKERS)
     with Scripted(answer({"t": 0}, brokers=THREE_BROKERS, partitions=2),
@@ -201,7 +201,7 @@ def test_leaders_of_a_missing_topic_is_a_clear_error_and_unauthorized_is_not_ret
 
 def test_retries_count_and_interval(monkeypatch):
     sleeps = []
-    monkeypatch.setattr("kafka_source.wire.client.time.sleep", sleeps.append)
+    monkeypatch.setattr("kafka_source.wire.net.client.time.sleep", sleeps.append)
     calls = []
 
     def attempt():
@@ -216,8 +216,8 @@ def test_retries_count_and_interval(monkeypatch):
 def test_retries_go_on_for_the_window(monkeypatch):
     # A restarting broker takes longer than 3 x 1 s: the window (the request timeout) decides.
     clock = [0.0]
-    monkeypatch.setattr("kafka_source.wire.client.time.monotonic", lambda: clock[0])
-    monkeypatch.setattr("kafka_source.wire.client.time.sleep",
+    monkeypatch.setattr("kafka_source.wire.net.client.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("kafka_source.wire.net.client.time.sleep",
                         lambda s: clock.__setitem__(0, clock[0] + s))
     calls = []
 
@@ -248,13 +248,13 @@ def test_retries_let_other_errors_through():
 def test_retries_never_spin_while_only_the_window_keeps_them_going(monkeypatch):
     clock = [0.0]
     sleeps = []
-    monkeypatch.setattr("kafka_source.wire.client.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("kafka_source.wire.net.client.time.monotonic", lambda: clock[0])
 
     def sleep(s):
         sleeps.append(s)
         clock[0] += s
 
-    monkeypatch.setattr("kafka_source.wire.client.time.sleep", sleep)
+    monkeypatch.setattr("kafka_source.wire.net.client.time.sleep", sleep)
 
     def attempt():
         raise RetriableBrokerError("down")

@@ -1,4 +1,4 @@
-"""kafka_source.wire.codecs: every Kafka codec, the framings the Java client writes, and failures."""
+"""kafka_source.wire.format.codecs: every Kafka codec, the framings the Java client writes, and failures."""
 
 import gzip
 import os
@@ -7,7 +7,7 @@ import zlib
 
 import pytest
 
-from kafka_source.wire.codecs import decompress, xxh32
+from kafka_source.wire.format.codecs import decompress, xxh32
 from kafka_source.errors import CorruptRecordError, KafkaSourceError
 
 from . import record_builder as rb

@@ -1,4 +1,4 @@
-"""kafka_source.wire.encode: Arrow columns -> record batch v2 bytes.
+"""kafka_source.wire.format.encode: Arrow columns -> record batch v2 bytes.
 
 Three independent oracles:
 
@@ -25,15 +25,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from kafka_source.wire import codecs
-from kafka_source.wire.encode import (
+from kafka_source.wire.format import codecs
+from kafka_source.wire.format.encode import (
     BATCH_OVERHEAD,
     encode_record_batch,
     encode_record_batches,
     record_sizes,
 )
-from kafka_source.wire.fast_decode import decode_to_arrow
-from kafka_source.wire.records import decode_records
+from kafka_source.wire.format.fast_decode import decode_to_arrow
+from kafka_source.wire.format.records import decode_records
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))

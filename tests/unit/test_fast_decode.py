@@ -1,4 +1,4 @@
-"""kafka_source.wire.fast_decode.decode_to_arrow against the reference path.
+"""kafka_source.wire.format.fast_decode.decode_to_arrow against the reference path.
 
 The reference is ``records.decode_records`` followed by ``arrow.records_to_batch``: for every
 input both must give the same rows (schema included), the same ``next_offset`` and ``truncated``,
@@ -20,12 +20,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafka_source.wire import fast_decode as fd
-from kafka_source.wire.arrow import records_to_batch
+from kafka_source.wire.format import fast_decode as fd
+from kafka_source.wire.format.arrow import records_to_batch
 from kafka_source.errors import CorruptRecordError
-from kafka_source.wire.fast_decode import ArrowDecodeResult, decode_to_arrow
-from kafka_source.wire.fetch_protocol import parse_fetch_response, response_header_size
-from kafka_source.wire.records import decode_records
+from kafka_source.wire.format.fast_decode import ArrowDecodeResult, decode_to_arrow
+from kafka_source.wire.net.fetch_protocol import parse_fetch_response, response_header_size
+from kafka_source.wire.format.records import decode_records
 from kafka_source.schema import arrow_schema
 
 from . import record_builder as rb

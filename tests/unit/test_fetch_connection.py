@@ -19,11 +19,11 @@ import time
 import pytest
 from kafka.protocol.consumer import FetchRequest
 
-from kafka_source.wire.client import RetriableBrokerError
-from kafka_source.wire.fast_decode import RECORDS_PADDING, PaddedBuffer, decode_to_arrow
-from kafka_source.wire.fetch_connection import (FetchConnection, FetchConnections,
+from kafka_source.wire.net.client import RetriableBrokerError
+from kafka_source.wire.format.fast_decode import RECORDS_PADDING, PaddedBuffer, decode_to_arrow
+from kafka_source.wire.net.fetch_connection import (FetchConnection, FetchConnections,
                                                 FetchResponseTooLargeError)
-from kafka_source.wire.fetch_protocol import FetchPartitionRequest as F
+from kafka_source.wire.net.fetch_protocol import FetchPartitionRequest as F
 
 from .record_builder import R, v2_batch
 from .response_builder import encode_response

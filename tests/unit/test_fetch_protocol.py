@@ -1,7 +1,7 @@
 """Fetch requests and responses on the wire, against kafka-python's own encoder and decoder.
 
 Responses of every version this source speaks (4-12) are encoded by kafka-python from random
-contents and parsed by :func:`kafka_source.wire.fetch_protocol.parse_fetch_response`: the fields
+contents and parsed by :func:`kafka_source.wire.net.fetch_protocol.parse_fetch_response`: the fields
 must come back equal and the records must be views into the frame, not copies. Requests encoded
 here are decoded by kafka-python.
 """
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.protocol.consumer import FetchRequest
 
-from kafka_source.wire.fetch_protocol import (MAX_FETCH_VERSION, MIN_FETCH_VERSION,
+from kafka_source.wire.net.fetch_protocol import (MAX_FETCH_VERSION, MIN_FETCH_VERSION,
                                               FetchPartitionRequest, FetchProtocolError,
                                               encode_fetch_request, parse_fetch_response,
                                               records_sizes, response_header_size)

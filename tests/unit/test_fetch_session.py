@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kafka_source.wire.fetch_protocol import FetchPartitionRequest as F
-from kafka_source.wire.fetch_session import (FETCH_SESSION_ID_NOT_FOUND, FINAL_EPOCH,
+from kafka_source.wire.net.fetch_protocol import FetchPartitionRequest as F
+from kafka_source.wire.net.fetch_session import (FETCH_SESSION_ID_NOT_FOUND, FINAL_EPOCH,
                                              INITIAL_EPOCH, INVALID_FETCH_SESSION_EPOCH,
                                              FetchSession)
 

@@ -16,7 +16,7 @@ import pytest
 
 from kafka_source.group.assignors import (Assignment, PartitionAssignor, RangeAssignor,
                                     RoundRobinAssignor, Subscription)
-from kafka_source.wire.client import RetriableBrokerError
+from kafka_source.wire.net.client import RetriableBrokerError
 from kafka_source.errors import BrokerSecurityError, KafkaSourceError, OptionError
 from kafka_source.group.member import GroupMember
 from kafka_source.config.options import GroupOptions

@@ -11,7 +11,7 @@ from kafka_source.errors import KafkaSourceError
 from kafka_source.group import status
 from kafka_source.group.assignors import Assignment
 from kafka_source.group.status import GroupStatus, MemberStatus, PartitionStatus
-from kafka_source.wire.client import BrokerClient, RetriableBrokerError
+from kafka_source.wire.net.client import BrokerClient, RetriableBrokerError
 
 NO_ERROR, COORDINATOR_LOADING, GROUP_ID_NOT_FOUND, GROUP_AUTH_FAILED = 0, 14, 69, 30
 

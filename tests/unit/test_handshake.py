@@ -22,8 +22,8 @@ from kafka_source.read.executor import read_input_partition
 from kafka_source.read.offsets import OffsetRange
 from kafka_source.read.planning import KafkaInputPartition, ReadSettings
 from kafka_source.testing.certs import CertificateAuthority
-from kafka_source.wire.client import BrokerClient
-from kafka_source.wire.handshake import _RedactSaslRequests, diagnose
+from kafka_source.wire.net.client import BrokerClient
+from kafka_source.wire.net.handshake import _RedactSaslRequests, diagnose
 
 from .tls_server import TlsServer, handshake
 

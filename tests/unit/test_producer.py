@@ -16,7 +16,7 @@ from .fake_produce_cluster import (CONCURRENT_TRANSACTIONS, DUPLICATE_SEQUENCE,
                                    TOPIC_AUTHORIZATION_FAILED, UNKNOWN_PRODUCER_ID,
                                    FakeProduceCluster, RetriableBrokerError)
 from kafka_source.errors import OptionError, ProduceError, TopicError
-from kafka_source.wire.encode import BATCH_OVERHEAD, record_sizes
+from kafka_source.wire.format.encode import BATCH_OVERHEAD, record_sizes
 from kafka_source.write.producer import (Producer, ProducerSettings, TransactionFencedError,
                                          TransactionHandle, abort_stale_transaction,
                                          end_transaction)

@@ -1,4 +1,4 @@
-"""kafka_source.wire.records.decode_records against batches built from the protocol spec.
+"""kafka_source.wire.format.records.decode_records against batches built from the protocol spec.
 
 Inputs come from ``record_builder`` (an independent encoder) and, as a second source, from
 kafka-python's own batch builders. Every assertion compares real decoded values.
@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from kafka_source.wire import records as records_module
+from kafka_source.wire.format import records as records_module
 from kafka_source.errors import CorruptRecordError
-from kafka_source.wire.records import DecodeResult, Record, crc32c, decode_records
+from kafka_source.wire.format.records import DecodeResult, Record, crc32c, decode_records
 
 from . import record_builder as rb
 from .record_builder import R

@@ -12,7 +12,7 @@ from kafka_source.config.client_config import client_config_from_options
 from kafka_source.errors import OptionError
 from kafka_source.testing.certs import (CertificateAuthority, java_keystore, java_truststore,
                                         keytool_available)
-from kafka_source.wire.tls import ssl_context
+from kafka_source.wire.net.tls import ssl_context
 
 from .tls_server import TlsServer, handshake
 

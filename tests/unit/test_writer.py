@@ -271,9 +271,9 @@ def test_a_writer_per_micro_batch_checks_the_topic_and_warns_once(monkeypatch, c
     # A streaming query makes a new writer for every micro-batch and its commit: the topic is
     # looked up once (not once a trigger), and a warning about an option or a column is
     # logged once.
-    import kafka_source.wire.client as client_module
+    import kafka_source.wire.net.client as client_module
     from kafka_source.write import writer as writer_module
-    from kafka_source.wire.client import PartitionInfo, TopicInfo
+    from kafka_source.wire.net.client import PartitionInfo, TopicInfo
 
     asked = []
 
@@ -380,7 +380,7 @@ class AclCluster:
         pass
 
     def topic_metadata(self, topics, retries):
-        from kafka_source.wire.client import PartitionInfo, TopicInfo
+        from kafka_source.wire.net.client import PartitionInfo, TopicInfo
 
         return {t: TopicInfo(t, 0, {0: PartitionInfo(1, 0)}) for t in topics}
 
@@ -412,7 +412,7 @@ class AclCluster:
 
 @pytest.fixture
 def acl_cluster(monkeypatch):
-    import kafka_source.wire.client as client_module
+    import kafka_source.wire.net.client as client_module
     from kafka_source.write import writer as writer_module
 
     monkeypatch.setattr(client_module, "BrokerClient", AclCluster)

@@ -2,7 +2,7 @@
 
 The sink's producer hands this module the rows of one batch as Arrow arrays (values, optional
 keys, optional headers) and gets back the bytes of a complete ``RecordBatch`` v2, ready to go
-into a ProduceRequest. :mod:`kafka_source.wire.records` is the specification of the format (its
+into a ProduceRequest. :mod:`kafka_source.wire.format.records` is the specification of the format (its
 decoder must read back exactly what was encoded, and ``tests/unit/test_encode.py`` also holds the
 output byte for byte to kafka-python's ``DefaultRecordBatchBuilder``).
 
@@ -36,7 +36,7 @@ alternating with bytes that are already in Arrow buffers (key, value, the record
    after the last record), so that such batches need no third meta piece.
 4. **Batch**: the 61-byte header is packed with ``struct``, the CRC-32C is computed over the
    header's tail and the records section without joining them first, and the pieces are joined
-   once into the returned ``bytes``. Compression (:func:`kafka_source.wire.codecs.compress`)
+   once into the returned ``bytes``. Compression (:func:`kafka_source.wire.format.codecs.compress`)
    replaces the records section as a whole, as Kafka requires.
 
 :func:`encode_record_batches` encodes several batches (consecutive row ranges) in one such

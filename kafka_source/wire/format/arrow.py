@@ -1,5 +1,5 @@
 """Decoded records -> an Arrow record batch of the source's exact schema, one Python object at a
-time: the reference for :mod:`kafka_source.wire.fast_decode` (which builds the columns straight from
+time: the reference for :mod:`kafka_source.wire.format.fast_decode` (which builds the columns straight from
 the record bytes on the executors) and its fallback for legacy and malformed batches."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Sequence
 import pyarrow as pa
 
 from .records import Record
-from ..schema import arrow_schema
+from ...schema import arrow_schema
 
 _SCHEMAS = {False: arrow_schema(False), True: arrow_schema(True)}
 _HEADERS_TYPE = _SCHEMAS[True].field("headers").type

@@ -3,7 +3,7 @@
 kafka-python decodes a FetchResponse into Python objects and copies every partition's records out
 of the received frame (after its network layer has already copied them a few times on the way
 in). The executors' hot loop instead receives each response frame into one preallocated buffer
-(:mod:`kafka_source.wire.fetch_connection`) and parses it here: the per-partition fields are read
+(:mod:`kafka_source.wire.net.fetch_connection`) and parses it here: the per-partition fields are read
 with ``struct`` and each partition's records stay a ``memoryview`` into that buffer, which the
 decoders read in place.
 
@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 
 from kafka.protocol.consumer import FetchRequest
 
-from ..errors import KafkaSourceError
+from ...errors import KafkaSourceError
 
 TopicPartition = tuple[str, int]
 

@@ -5,7 +5,7 @@ protocol message classes, and adds what this source needs on top: a bootstrap th
 bounded time naming the address, metadata for named topics without auto-creating them, ListOffsets
 grouped by partition leader, and the executors' dedicated Fetch connections, which kafka-python
 sets up (TLS, SASL) and the fetch loop then reads from directly
-(:mod:`kafka_source.wire.fetch_connection`).
+(:mod:`kafka_source.wire.net.fetch_connection`).
 
 Brokers restart (upgrades, rolling restarts, crashes), and for a while they give answers that
 look final but are not. Measured on Kafka 4.0 (KRaft): during a controlled shutdown Metadata
@@ -21,16 +21,16 @@ ZooKeeper-mode broker learns the brokers, and for a while longer still not the p
 answers *with* brokers and UNKNOWN_TOPIC_OR_PARTITION (measured on Kafka 2.2). So an answer that
 lacks a topic or partition that was there is doubted, and one that calls a new topic unknown is
 checked against the broker's whole topic list, before either is believed; answers with older
-leader epochs than seen are stale (:mod:`kafka_source.wire.metadata_view`). :class:`Retries` is the one
+leader epochs than seen are stale (:mod:`kafka_source.wire.net.metadata_view`). :class:`Retries` is the one
 bounded retry policy the driver's planning uses for all of this (``fetchOffset.numRetries``,
 ``fetchOffset.retryIntervalMs``, at least ``kafka.request.timeout.ms``).
 
 Every connection of a client -- the driver's planning, an executor's fetch connections, the
 group member's coordinator and heartbeat connections -- is made here, so this is where the TLS
-context is built from the client settings (:mod:`kafka_source.wire.tls`), where secrets are
+context is built from the client settings (:mod:`kafka_source.wire.net.tls`), where secrets are
 revealed to kafka-python (and nowhere else), and where a TLS or SASL failure that no retry can
 fix surfaces at once as :class:`~kafka_source.errors.BrokerSecurityError`
-(:mod:`kafka_source.wire.handshake`).
+(:mod:`kafka_source.wire.net.handshake`).
 """
 
 from __future__ import annotations
@@ -46,9 +46,10 @@ from kafka.net.selector import NetworkSelector
 from kafka.protocol.consumer import ListOffsetsRequest
 from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, MetadataRequest
 
-from ..config.client_config import TLS_SETTINGS, connection_settings, uses_tls
-from ..config.secrets import reveal
-from ..errors import BrokerSecurityError, BrokerUnavailableError, TopicError, TopicNotFoundError
+from ...config.client_config import TLS_SETTINGS, connection_settings, uses_tls
+from ...config.secrets import reveal
+from ...errors import (BrokerSecurityError, BrokerUnavailableError, RetriableBrokerError,
+                       TopicError, TopicNotFoundError)
 from .handshake import ConnectionManager
 from .metadata_view import MetadataView, UnconfirmedAnswer, confirm_ms_for
 from .tls import ssl_context
@@ -79,12 +80,8 @@ class TopicInfo:
     partitions: Mapping[int, PartitionInfo]
 
 
-class RetriableBrokerError(Exception):
-    """A failure worth retrying after refreshing metadata (leader moved, broker restarting)."""
-
-
 class UnsettledMetadata(RetriableBrokerError):
-    """A Metadata answer not believed yet (:mod:`kafka_source.wire.metadata_view`): stale, or
+    """A Metadata answer not believed yet (:mod:`kafka_source.wire.net.metadata_view`): stale, or
     lacking topics or partitions that existed. ``infos`` is what it said: when the retries run
     out, that is the answer after all (see :meth:`BrokerClient.topic_metadata`)."""
 
@@ -186,7 +183,7 @@ class BrokerClient:
 
     def _network(self, settings: Mapping[str, object]):
         """kafka-python's network client for ``settings`` with our connection manager (TLS
-        from the trust/key stores, failures diagnosed: :mod:`kafka_source.wire.handshake`)."""
+        from the trust/key stores, failures diagnosed: :mod:`kafka_source.wire.net.handshake`)."""
         selector = NetworkSelector(**settings)
         manager = ConnectionManager(selector, tls_settings=self._tls, **settings)
         return KafkaNetClient(net=selector, manager=manager), manager
@@ -407,7 +404,7 @@ class BrokerClient:
         """:meth:`metadata`, retried under ``retries`` while it fails, while a topic has a
         transient error other than UNKNOWN_TOPIC_OR_PARTITION (e.g. LEADER_NOT_AVAILABLE right
         after the topic was created), and while the answer is not believed
-        (:mod:`kafka_source.wire.metadata_view`):
+        (:mod:`kafka_source.wire.net.metadata_view`):
 
         * partitions seen before of the ``expected`` topics (default: of the named topics) that
           the answer lacks are doubted, for a bounded time, asking other brokers;
@@ -611,7 +608,7 @@ class BrokerClient:
 
     def fetch_connections(self):
         """This client's dedicated Fetch connections, one per broker
-        (:mod:`kafka_source.wire.fetch_connection`); closed with the client."""
+        (:mod:`kafka_source.wire.net.fetch_connection`); closed with the client."""
         if self._fetch_connections is None:
             from .fetch_connection import FetchConnections  # noqa: PLC0415 - executor-only
 

@@ -11,7 +11,7 @@ with a random one-time password and is deleted as soon as OpenSSL has read it. k
 PEM file options (``kafka.ssl.cafile``, ``certfile``, ``keyfile``, ``password``, ``crlfile``)
 go into the same context.
 
-The context is built where a connection is made (:class:`kafka_source.wire.client.BrokerClient`,
+The context is built where a connection is made (:class:`kafka_source.wire.net.client.BrokerClient`,
 on the driver and in every executor) from the paths and passwords in the client settings, as the
 Java client does: the files must exist on every node. The driver builds one when the DataFrame is
 defined, so a missing file or a wrong password fails there, naming the option.
@@ -30,8 +30,8 @@ import ssl
 import tempfile
 from typing import Mapping
 
-from ..config.secrets import reveal
-from ..errors import OptionError
+from ...config.secrets import reveal
+from ...errors import OptionError
 
 # First bytes of a Java-only key store: JKS and JCEKS magic numbers.
 _JAVA_MAGIC = {b"\xfe\xed\xfe\xed": "JKS", b"\xce\xce\xce\xce": "JCEKS"}

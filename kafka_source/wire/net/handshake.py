@@ -45,7 +45,7 @@ from kafka.net.manager import KafkaConnectionManager
 from kafka.net.transport import KafkaSSLTransport, KafkaTCPTransport
 from kafka.protocol.sasl import SaslAuthenticateRequest
 
-from ..errors import BrokerSecurityError
+from ...errors import BrokerSecurityError
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ class ConnectionManager(KafkaConnectionManager):
     """kafka-python's connection manager, with our transports and failure diagnosis.
 
     ``ssl_context`` (a setting) is the TLS context of every connection when the security
-    protocol is SSL or SASL_SSL (:func:`kafka_source.wire.tls.ssl_context`).
+    protocol is SSL or SASL_SSL (:func:`kafka_source.wire.net.tls.ssl_context`).
     """
 
     def __init__(self, net, *, tls_settings: Mapping[str, object] | None = None, **settings):

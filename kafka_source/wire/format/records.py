@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
 from .codecs import decompress
-from ..errors import CorruptRecordError
+from ...errors import CorruptRecordError
 
 __all__ = [
     "Record", "DecodeResult", "decode_records", "scan_batches", "crc32c", "CRC32C_IMPLEMENTATION",

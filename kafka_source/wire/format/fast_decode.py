@@ -3,14 +3,14 @@
 :func:`decode_to_arrow` returns exactly what ``decode_records`` followed by
 ``arrow.records_to_batch`` would give (same rows, same schema, same ``next_offset`` /
 ``truncated``, a :class:`CorruptRecordError` for the same inputs), without building a Python object
-per record. :mod:`kafka_source.wire.records` is the specification; the differential tests in
+per record. :mod:`kafka_source.wire.format.records` is the specification; the differential tests in
 ``tests/unit/test_fast_decode.py`` hold this module to it.
 
 How it works
 ------------
 
 1. **Batch walk** (Python, one iteration per *batch*): the loop ``decode_records`` runs too,
-   :func:`kafka_source.wire.records.walk_batches` - truncation, CRC-32C, aborted transactions,
+   :func:`kafka_source.wire.format.records.walk_batches` - truncation, CRC-32C, aborted transactions,
    control batches, the offset window and the early stop - but instead of parsing a kept
    magic-2 batch this module queues it (records section, base offset, timestamps, count). The section is decompressed once per batch; uncompressed ones are a
    zero-copy slice of the input. Legacy magic 0/1 entries are decoded by the reference code.
@@ -62,7 +62,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 import pyarrow as pa
 
-from ..errors import CorruptRecordError
+from ...errors import CorruptRecordError
 from .records import (  # the reference decoder: its batch walk, and odd batches go through it
     Record,
     V2Batch,
@@ -70,7 +70,7 @@ from .records import (  # the reference decoder: its batch walk, and odd batches
     v2_batch_records,
     walk_batches,
 )
-from ..schema import arrow_schema
+from ...schema import arrow_schema
 
 __all__ = ["ArrowDecodeResult", "decode_to_arrow", "CHUNK_BYTES", "PaddedBuffer",
            "RECORDS_PADDING"]
@@ -1011,7 +1011,7 @@ def decode_to_arrow(data, *, start_offset: int, end_offset: int, read_committed:
                     include_headers: bool) -> ArrowDecodeResult:
     """Decode the records section of one FetchResponse partition into Arrow record batches.
 
-    Same arguments and rules as :func:`kafka_source.wire.records.decode_records`, plus the topic,
+    Same arguments and rules as :func:`kafka_source.wire.format.records.decode_records`, plus the topic,
     partition and header choice of the output. Returns an :class:`ArrowDecodeResult`
     ``(batches, next_offset, truncated)``: the batches hold the records with
     ``start_offset <= offset < end_offset`` in offset order, with schema

@@ -6,15 +6,15 @@ each partition's records out of it again while decoding the response: for a 1 GB
 is ~250,000 system calls and several copies of every byte, all under the GIL. Here a response is
 read with a few large ``recv_into`` calls straight into one preallocated buffer sized from the
 frame header (the GIL is released while the kernel copies), parsed in place
-(:mod:`kafka_source.wire.fetch_protocol`) and decoded in place
-(:func:`kafka_source.wire.fast_decode.decode_to_arrow` reads a
-:class:`~kafka_source.wire.fast_decode.PaddedBuffer`), so the value bytes are copied once, into
+(:mod:`kafka_source.wire.net.fetch_protocol`) and decoded in place
+(:func:`kafka_source.wire.format.fast_decode.decode_to_arrow` reads a
+:class:`~kafka_source.wire.format.fast_decode.PaddedBuffer`), so the value bytes are copied once, into
 the Arrow column.
 
 Connection setup is kafka-python's: :meth:`FetchConnection.open` has a private kafka-python
 client (its own selector, never polled again afterwards) connect to the broker, which does the
 TCP connect, TLS handshake, ApiVersions and SASL authentication with exactly the settings of
-the :class:`~kafka_source.wire.client.BrokerClient` it is opened for. Once that connection is
+the :class:`~kafka_source.wire.net.client.BrokerClient` it is opened for. Once that connection is
 ready, its reading is paused and its socket (an ``ssl.SSLSocket`` for TLS) is used directly with
 blocking, deadline-bounded calls. Nothing else uses the socket afterwards: the private client's
 selector is never polled again, so none of its timers (idle check, SASL re-authentication) can
@@ -24,10 +24,10 @@ pool opens a new, freshly authenticated one.
 
 One request is in flight per connection at a time, and the fetch loop sends the next request as
 soon as a response is received, before decoding it: the broker prepares the next response while
-this one is decoded. Each connection carries its fetch session (:mod:`kafka_source.wire.fetch_session`).
+this one is decoded. Each connection carries its fetch session (:mod:`kafka_source.wire.net.fetch_session`).
 Every wait is bounded: connecting by ``kafka.request.timeout.ms``, each response by
 ``kafka.request.timeout.ms`` + ``kafka.fetch.max.wait.ms``. A connection that fails or times
-out is closed and reported as :class:`~kafka_source.wire.client.RetriableBrokerError`.
+out is closed and reported as :class:`~kafka_source.wire.net.client.RetriableBrokerError`.
 
 How large a response may be follows what its request asked for: twice the largest byte limit in
 it (``max_bytes``, or a partition limit the fetcher grew for a batch that did not fit) plus
@@ -61,10 +61,11 @@ from typing import Callable, Mapping
 import kafka.errors as Errors
 from kafka.protocol.consumer import FetchRequest
 
-from ..config.client_config import (DEFAULT_RECEIVE_MESSAGE_MAX_BYTES, fetch_response_limit,
+from ...config.client_config import (DEFAULT_RECEIVE_MESSAGE_MAX_BYTES, fetch_response_limit,
                                     fetch_size_for_response)
-from ..errors import BrokerSecurityError, BrokerUnavailableError, KafkaSourceError
-from .fast_decode import RECORDS_PADDING, PaddedBuffer
+from ...errors import (BrokerSecurityError, BrokerUnavailableError, KafkaSourceError,
+                       RetriableBrokerError)
+from ..format.fast_decode import RECORDS_PADDING, PaddedBuffer
 from .fetch_protocol import (MAX_FETCH_VERSION, MIN_FETCH_VERSION, SESSION_VERSION,
                              FetchPartitionRequest, FetchResult, TopicPartition,
                              encode_fetch_request, parse_fetch_response, records_sizes,
@@ -387,8 +388,6 @@ def _kafka_python_version() -> str:
 
 
 def _retriable(node_id, message: str):
-    from .client import RetriableBrokerError   # noqa: PLC0415 - client imports this module
-
     return RetriableBrokerError(f"broker {node_id}: {message}")
 
 

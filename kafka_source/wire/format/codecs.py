@@ -30,7 +30,7 @@ from __future__ import annotations
 import struct
 import zlib
 
-from ..errors import CorruptRecordError
+from ...errors import CorruptRecordError
 
 __all__ = [
     "CODEC_NONE", "CODEC_GZIP", "CODEC_SNAPPY", "CODEC_LZ4", "CODEC_ZSTD", "CODEC_NAMES",
