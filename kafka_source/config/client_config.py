@@ -101,7 +101,8 @@ _FETCH_SETTINGS = {
 # The consumer-group settings of a stream, read by config/options.py (GroupOptions), not by the
 # client: a stream's group member uses them; batch reads and the sink ignore them.
 _GROUP_SETTINGS = {"group.id", "group.instance.id", "auto.offset.reset", "session.timeout.ms",
-                   "heartbeat.interval.ms", "max.poll.interval.ms", "default.api.timeout.ms"}
+                   "heartbeat.interval.ms", "max.poll.interval.ms", "default.api.timeout.ms",
+                   "group.protocol", "group.remote.assignor"}
 
 # Accepted and meaningful for Spark's JVM source, irrelevant to a Python reader: ignored quietly.
 _IGNORED = _GROUP_SETTINGS | {

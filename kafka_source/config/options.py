@@ -364,6 +364,9 @@ class GroupOptions:
     auto_offset_reset: str        # 'earliest' | 'latest' | 'none'
     api_timeout_ms: int = DEFAULT_API_TIMEOUT_MS   # kafka.default.api.timeout.ms
     group_instance_id: str | None = None   # kafka.group.instance.id: static membership (KIP-345)
+    protocol: str = "classic"     # kafka.group.protocol: 'classic' | 'consumer' (KIP-848)
+    remote_assignor: str | None = None     # kafka.group.remote.assignor (consumer protocol)
+    pattern: str | None = None    # subscribePattern, sent as the member's regex (consumer)
 
 
 @dataclass(frozen=True)
@@ -432,7 +435,51 @@ def _parse_group(opts: Mapping[str, str], sub: Subscription) -> GroupOptions:
         rebalance_timeout_ms=rebalance,
         auto_offset_reset=reset,
         api_timeout_ms=api_timeout,
+        **_parse_group_protocol(opts, sub),
     )
+
+
+# The server-side assignors Kafka 4.0 brokers offer (group.consumer.assignors).
+_REMOTE_ASSIGNORS = ("uniform", "range")
+# Settings of the classic protocol that the consumer protocol (KIP-848) moves to the brokers or
+# drops; Java's consumer refuses them with group.protocol=consumer, and so do we.
+_CLASSIC_ONLY = {
+    "assignor": "the brokers assign the partitions: use 'kafka.group.remote.assignor' "
+                "('uniform' or 'range')",
+    "kafka.session.timeout.ms": "the brokers' group.consumer.session.timeout.ms applies",
+    "kafka.heartbeat.interval.ms": "the brokers' group.consumer.heartbeat.interval.ms applies",
+}
+
+
+def _parse_group_protocol(opts: Mapping[str, str], sub: Subscription) -> dict:
+    """``kafka.group.protocol`` and ``kafka.group.remote.assignor`` (KIP-848), as Java's
+    consumer names and checks them: ``classic`` (JoinGroup/SyncGroup, the default) or
+    ``consumer`` (ConsumerGroupHeartbeat, Kafka 4.0+; see
+    :mod:`kafka_source.group.consumer_protocol`)."""
+    raw = opts.get("kafka.group.protocol")
+    protocol = "classic" if raw is None else str(raw).strip().lower()
+    if protocol not in ("classic", "consumer"):
+        raise OptionError(f"Option 'kafka.group.protocol' must be 'classic' (JoinGroup and "
+                          f"SyncGroup, any broker) or 'consumer' (KIP-848, Kafka 4.0+), got "
+                          f"'{raw}'.")
+    raw_assignor = opts.get("kafka.group.remote.assignor")
+    remote = None if raw_assignor is None else str(raw_assignor).strip().lower()
+    if protocol == "classic":
+        if remote is not None:
+            raise OptionError("Option 'kafka.group.remote.assignor' needs "
+                              "'kafka.group.protocol' = 'consumer' (the brokers assign "
+                              "partitions only in that protocol); with 'classic' use 'assignor'.")
+        return {}
+    if remote is not None and remote not in _REMOTE_ASSIGNORS:
+        raise OptionError(f"Option 'kafka.group.remote.assignor' must be one of "
+                          f"{', '.join(repr(a) for a in _REMOTE_ASSIGNORS)} (the assignors "
+                          f"Kafka's brokers offer), got '{raw_assignor}'.")
+    for key, why in _CLASSIC_ONLY.items():
+        if key in opts:
+            raise OptionError(f"Option '{key}' belongs to the classic group protocol and cannot "
+                              f"be set with 'kafka.group.protocol' = 'consumer': {why}.")
+    return {"protocol": protocol, "remote_assignor": remote,
+            "pattern": sub.pattern if sub.kind == "subscribePattern" else None}
 
 
 def _parse_group_instance_id(opts: Mapping[str, str], sub: Subscription, *,

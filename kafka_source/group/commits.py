@@ -98,16 +98,27 @@ class GroupCommits:
             return {}
         T = OffsetFetchRequest.OffsetFetchRequestTopic
         G = OffsetFetchRequest.OffsetFetchRequestGroup
-        request = OffsetFetchRequest(
-            group_id=self.group_id,
-            topics=[T(name=t, partition_indexes=ps) for t, ps in by_topic.items()],
-            groups=[G(group_id=self.group_id, topics=[
-                G.OffsetFetchRequestTopics(name=t, partition_indexes=ps)
-                for t, ps in by_topic.items()])],
-            require_stable=False, max_version=8)
+        low, high = getattr(self, "offset_fetch_versions", (None, 8))
+
+        def request():
+            # The consumer protocol (v9) names the member and its epoch, as of this attempt: a
+            # STALE_MEMBER_EPOCH answer is retried with the newer one.
+            member = {}
+            if high >= 9:
+                generation = self.generation
+                if generation.generation_id >= 0:   # else as an admin client: no member
+                    member = {"member_id": generation.member_id,
+                              "member_epoch": generation.generation_id}
+            return OffsetFetchRequest(
+                group_id=self.group_id,
+                topics=[T(name=t, partition_indexes=ps) for t, ps in by_topic.items()],
+                groups=[G(group_id=self.group_id, topics=[
+                    G.OffsetFetchRequestTopics(name=t, partition_indexes=ps)
+                    for t, ps in by_topic.items()], **member)],
+                require_stable=False, min_version=low, max_version=high)
 
         def attempt(node):
-            response = self._client.send(node, request)
+            response = self._client.send(node, request())
             if response.version >= 8:
                 group = response.groups[0]
                 code, topics = group.error_code, group.topics
@@ -143,15 +154,21 @@ class GroupCommits:
 
     def _commit_sync(self, offsets: Mapping[TopicPartition, int], *,
                      budget_ms: int | None = None) -> bool:
-        request = self._commit_request(offsets)
-        if request is None:
+        if self._commit_request(offsets) is None:
             return not offsets
         fenced: list = []
         errors: list = []
-        ok = self._with_coordinator(
-            "OffsetCommit", lambda node: self._commit_outcome(self._client.send(node, request),
-                                                              fenced, errors),
-            budget_ms=budget_ms, errors=errors)
+
+        def attempt(node):
+            # Made anew each attempt: under the consumer protocol the member epoch it carries
+            # may have changed since the last one (STALE_MEMBER_EPOCH).
+            request = self._commit_request(offsets)
+            if request is None:               # the generation was lost meanwhile (and reset)
+                fenced.append(None)
+                return False
+            return self._commit_outcome(self._client.send(node, request), fenced, errors)
+
+        ok = self._with_coordinator("OffsetCommit", attempt, budget_ms=budget_ms, errors=errors)
         return self._commit_done(offsets, ok, fenced)
 
     def commit_async(self, offsets: Mapping[TopicPartition, int],
@@ -230,6 +247,10 @@ class GroupCommits:
                 if ok is not None:
                     return self._commit_done(pending.offsets, ok, fenced)
                 error = errors[-1]
+                if error.startswith(Errors.StaleMemberEpochError.__name__) and retry_ms is None:
+                    # Consumer protocol: the member epoch moved on while the commit was on its
+                    # way (a new assignment); made again at once with the new epoch.
+                    retry_ms = self.request_timeout_ms
             else:
                 self._node = None             # a network failure: rediscover the coordinator
                 error = (str(future.exception) if future.failed() else
@@ -289,7 +310,9 @@ class GroupCommits:
             member_id=member_id, group_instance_id=self.instance_id, retention_time_ms=-1,
             topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=ps)
                     for t, ps in by_topic.items()],
-            max_version=8)
+            # The consumer protocol needs v9 (member epoch); the classic one stays at v8.
+            min_version=getattr(self, "offset_commit_versions", (None, 8))[0],
+            max_version=getattr(self, "offset_commit_versions", (None, 8))[1])
 
     def _commit_outcome(self, response, fenced: list, errors: list) -> bool | None:
         """True: accepted; False: refused because the member was fenced (the error is appended
@@ -304,9 +327,14 @@ class GroupCommits:
                                 self.group_id, topic.name, p.partition_index)
                     continue
                 if err in (Errors.IllegalGenerationError, Errors.UnknownMemberIdError,
-                           Errors.RebalanceInProgressError):
+                           Errors.RebalanceInProgressError, Errors.FencedMemberEpochError):
                     fenced.append(err)
                     return False
+                if err is Errors.StaleMemberEpochError:
+                    # Consumer protocol: the epoch moved on since the request was made (a new
+                    # assignment); made again with the current one.
+                    errors.append(f"{err.__name__} for {topic.name}-{p.partition_index}")
+                    return None
                 if not self._offset_error_ok(err, "OffsetCommit"):
                     errors.append(f"{err.__name__} for {topic.name}-{p.partition_index}")
                     return None
@@ -321,11 +349,17 @@ class GroupCommits:
                         "none. Use another 'kafka.group.id', or 'subscribe' to join the group.",
                         self.group_id, _describe_offsets(offsets), fenced[0].__name__)
             return False
+        if not ok and fenced[0] is None:
+            log.warning("Group '%s': commit of %s not made: the member lost its generation "
+                        "meanwhile; rejoining", self.group_id, _describe_offsets(offsets))
+            return False
         if not ok:
             err = fenced[0]
             log.warning("Group '%s': commit of %s refused (%s); rejoining", self.group_id,
                         _describe_offsets(offsets), err.__name__)
-            if err is Errors.UnknownMemberIdError:
+            if err is Errors.FencedMemberEpochError:
+                self._reset(keep_member_id=True, reason="the member epoch is fenced")
+            elif err is Errors.UnknownMemberIdError:
                 self._reset(keep_member_id=False, reason="the coordinator forgot this member")
             elif err is Errors.IllegalGenerationError:
                 self._reset(keep_member_id=True, reason="the generation is stale")
@@ -347,7 +381,8 @@ class GroupCommits:
         if err in COORDINATOR_MOVED:
             self._node = None
             return False
-        if err in RETRY or getattr(err, "retriable", False):
+        if err in RETRY or getattr(err, "retriable", False) or \
+                err is Errors.StaleMemberEpochError:
             return False
         if err is Errors.FencedInstanceIdError:
             raise self._instance_fenced(what)

@@ -25,6 +25,9 @@ of what a streaming query committed.
   consumers in the group show up as well. Static members (KIP-345: a query with
   ``kafka.group.instance.id``, a consumer with ``group.instance.id``) show their instance id
   (DescribeGroups v4+, Kafka 2.3+), as ``kafka-consumer-groups.sh --describe --members`` does.
+* A group of the consumer protocol (KIP-848, ``kafka.group.protocol=consumer``; Kafka 4.0+),
+  which DescribeGroups does not describe, comes from ConsumerGroupDescribe: its state, the
+  brokers' assignor and each member's current assignment (``GroupStatus.protocol`` says which).
 * Every request goes through the connector's :class:`~kafka_source.wire.net.client.BrokerClient`, so
   TLS and SASL work exactly as in a query (trust and key stores, secrets never shown) and
   transient errors are retried within ``kafka.request.timeout.ms``.
@@ -73,6 +76,9 @@ class GroupStatus:
     assignor: str             # the protocol (assignor) the group agreed on; "" when empty
     members: tuple[MemberStatus, ...]
     partitions: tuple[PartitionStatus, ...]
+    # 'classic' (JoinGroup/SyncGroup; also a group that does not exist) or 'consumer' (the
+    # consumer group protocol, KIP-848: kafka.group.protocol=consumer, group.protocol=consumer)
+    protocol: str = "classic"
 
     @property
     def total_lag(self) -> int | None:
@@ -122,6 +128,13 @@ def describe_group(options: Mapping[str, str] | str, group_id: str,
     with BrokerClient(config) as client:
         retries = Retries(window_ms=client.request_timeout_ms)
         node, (state, assignor, members) = _describe(client, group_id)
+        protocol = "classic"
+        if state == "Dead" and not members:
+            # Kafka 4 answers DescribeGroups for a group of the consumer protocol (KIP-848)
+            # with GROUP_ID_NOT_FOUND ("not a classic group"): ConsumerGroupDescribe has it.
+            described = _describe_consumer_group(client, node, group_id)
+            if described is not None:
+                (state, assignor, members), protocol = described, "consumer"
         partitions: set[TopicPartition] = set()
         wanted = list(topics or ())
         if wanted:
@@ -139,7 +152,7 @@ def describe_group(options: Mapping[str, str] | str, group_id: str,
     owner = {tp: m.member_id for m in members for tp in m.partitions}
     return GroupStatus(group_id, state, assignor, tuple(members), tuple(
         PartitionStatus(t, p, committed.get((t, p)), ends[(t, p)], owner.get((t, p)))
-        for t, p in sorted(partitions)))
+        for t, p in sorted(partitions)), protocol)
 
 
 def _describe(client, group_id: str) -> tuple[object, tuple[str, str, list[MemberStatus]]]:
@@ -183,6 +196,39 @@ def _describe(client, group_id: str) -> tuple[object, tuple[str, str, list[Membe
                                     getattr(m, "group_instance_id", None) or None))
     members.sort(key=lambda m: (m.client_id, m.member_id))
     return node, (group.group_state, group.protocol_data or "", members)
+
+
+def _describe_consumer_group(client, node, group_id: str):
+    """(state, assignor, members) of a consumer-protocol group from ConsumerGroupDescribe, or
+    None: no such group, or a broker without the API (before Kafka 4.0). One group per request
+    (Kafka 4.0 repeats entries when asked for several)."""
+    from ..wire.net.group_protocol import ConsumerGroupDescribeRequest
+
+    from ..wire.net.client import RetriableBrokerError
+
+    try:
+        response = client.send(node, ConsumerGroupDescribeRequest(
+            group_ids=[group_id], include_authorized_operations=False))
+    except (Errors.IncompatibleBrokerVersion, RetriableBrokerError):
+        return None          # no such API (or no answer): the DescribeGroups answer stands
+    group = next((g for g in response.groups if g.group_id == group_id), None)
+    if group is None:
+        return None
+    err = Errors.for_code(group.error_code)
+    if err is Errors.GroupAuthorizationFailedError:
+        raise KafkaSourceError(f"ConsumerGroupDescribe for consumer group '{group_id}' failed: "
+                               f"{err.__name__} ({group.error_message or ''}): grant DESCRIBE "
+                               "on the group.")
+    if err is not Errors.NoError:   # GROUP_ID_NOT_FOUND: no group of this protocol either
+        return None
+    members = [MemberStatus(m.member_id, m.client_id, m.client_host,
+                            tuple(sorted((tp.topic_name, p)
+                                         for tp in m.assignment.topic_partitions
+                                         for p in tp.partitions)),
+                            m.instance_id or None)
+               for m in group.members]
+    members.sort(key=lambda m: (m.client_id, m.member_id))
+    return group.group_state, group.assignor_name or "", members
 
 
 def _committed(client, node, group_id: str) -> dict[TopicPartition, int]:

@@ -151,11 +151,18 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
             src = self.options.source
             config = src.client_config
             manual = src.subscription.assignment if src.subscription.kind == "assign" else ()
-            self._member = GroupMember(
-                self.client, lambda: BrokerClient(config), self.options.group,
-                load_assignor(self.options.group.assignor), manual_assignment=manual,
-                request_timeout_ms=int(config.get("request_timeout_ms", 30_000)),
-                retry_backoff_ms=int(config.get("retry_backoff_ms", 100)))
+            timeouts = dict(request_timeout_ms=int(config.get("request_timeout_ms", 30_000)),
+                            retry_backoff_ms=int(config.get("retry_backoff_ms", 100)))
+            if self.options.group.protocol == "consumer" and not manual:
+                # KIP-848: the same interface, another protocol (group/consumer_protocol.py).
+                from ..group.consumer_protocol import ConsumerProtocolMember
+                self._member = ConsumerProtocolMember(
+                    self.client, lambda: BrokerClient(config), self.options.group, **timeouts)
+            else:
+                self._member = GroupMember(
+                    self.client, lambda: BrokerClient(config), self.options.group,
+                    load_assignor(self.options.group.assignor), manual_assignment=manual,
+                    **timeouts)
             _exit_on_sigterm()
         return self._member
 
