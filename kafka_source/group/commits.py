@@ -99,12 +99,14 @@ class GroupCommits:
         T = OffsetFetchRequest.OffsetFetchRequestTopic
         G = OffsetFetchRequest.OffsetFetchRequestGroup
         low, high = getattr(self, "offset_fetch_versions", (None, 8))
+        stale: list = []
 
         def request():
-            # The consumer protocol (v9) names the member and its epoch, as of this attempt: a
-            # STALE_MEMBER_EPOCH answer is retried with the newer one.
+            # The consumer protocol (v9) names the member and its epoch. After a
+            # STALE_MEMBER_EPOCH answer the offsets are asked for as an admin client does (no
+            # member: only reading, nothing to fence), rather than waiting for the new epoch.
             member = {}
-            if high >= 9:
+            if high >= 9 and not stale:
                 generation = self.generation
                 if generation.generation_id >= 0:   # else as an admin client: no member
                     member = {"member_id": generation.member_id,
@@ -125,6 +127,16 @@ class GroupCommits:
             else:
                 code = response.error_code if response.version >= 2 else 0
                 topics = response.topics
+            if response.version >= 9 and error_for(code) in (Errors.UnknownMemberIdError,
+                                                             Errors.FencedMemberEpochError):
+                # Consumer protocol: the member was fenced. It rejoins at the next trigger;
+                # the offsets are asked for again without a member meanwhile.
+                self._reset(keep_member_id=True, reason=f"OffsetFetch answered "
+                                                        f"{error_for(code).__name__}")
+                return None
+            if error_for(code) is Errors.StaleMemberEpochError:
+                stale.append(code)
+                return None
             if not self._offset_error_ok(error_for(code), "OffsetFetch"):
                 return None
             result: dict[TopicPartition, int | None] = {

@@ -488,3 +488,45 @@ def test_a_pattern_the_brokers_refuse_names_the_option(fake):
         member(fake, pattern="(?=t)").ensure_active(["t0"])
     assert "'subscribePattern' = '(?=t)'" in str(info.value)
     assert "RE2/J" in str(info.value) and "'classic'" in str(info.value)
+
+
+def test_the_acknowledgement_does_not_wait_for_the_heartbeat_interval(members):
+    fake = FakeConsumerGroupCoordinator(TOPICS, heartbeat_interval_ms=60_000)
+    m = member(fake)
+    members.append(m)
+    m.ensure_active(["t0", "t1"])
+    fake.add_member(["t0", "t1"])
+    m._wake()                                         # the heartbeat that brings the revocation
+    wait_until(lambda: not m.assignment_is_current(), what="the revocation")
+    beats = len(fake.sent(HEARTBEAT))
+    started = time.monotonic()
+    keep = set(m.ensure_active(["t0", "t1"]))
+    wait_until(lambda: fake.members[m.member_id].owned == keep, timeout=2.0,
+               what="the acknowledgement, long before the 60 s interval")
+    assert len(fake.sent(HEARTBEAT)) == beats + 1 and time.monotonic() - started < 2
+
+
+def test_offset_fetch_answered_stale_is_asked_again_without_the_member(fake, members):
+    m = member(fake)
+    members.append(m)
+    m.ensure_active(["t0"])
+    m.commit({("t0", 0): 8})
+    m._stop_heartbeat()                               # the new epoch never reaches the member
+    fake.members[m.member_id].epoch += 1
+    assert m.committed([("t0", 0)]) == {("t0", 0): 8}
+    first, second = fake.sent(OFFSET_FETCH)[-2:]
+    assert first.groups[0].member_id == m.member_id
+    assert (second.groups[0].member_id, second.groups[0].member_epoch) == (None, -1)
+    assert m.generations_lost == 0
+
+
+def test_offset_fetch_of_a_removed_member_is_asked_again_without_the_member(fake, members):
+    m = member(fake)
+    members.append(m)
+    m.ensure_active(["t0"])
+    m.commit({("t0", 0): 8})
+    m._stop_heartbeat()
+    fake.expire(m.member_id)                          # the fetch notices first
+    assert m.committed([("t0", 0)]) == {("t0", 0): 8}
+    assert fake.sent(OFFSET_FETCH)[-1].groups[0].member_id is None
+    assert m.generations_lost == 1 and not m.stable
