@@ -33,8 +33,8 @@ class JavaConsumer:
     """A running ``kafka-console-consumer.sh`` in ``group`` on ``topic``, reading from the
     earliest offset when the group has none, committing automatically every 200 ms."""
 
-    def __init__(self, bootstrap: str, topic: str, group: str, *, assignors: list[str],
-                 session_timeout_ms: int, client_id: str = "java-consumer", **properties):
+    def __init__(self, bootstrap: str, topic: str, group: str, *, assignors: list[str] = (),
+                 session_timeout_ms: int = 45_000, client_id: str = "java-consumer", **properties):
         home = kafka_home()
         strategy = ",".join(ASSIGNORS.get(a, a) for a in assignors)
         props = {"partition.assignment.strategy": strategy,
@@ -42,6 +42,12 @@ class JavaConsumer:
                  "heartbeat.interval.ms": str(max(100, session_timeout_ms // 5)),
                  "auto.commit.interval.ms": "200", "client.id": client_id,
                  **{k: str(v) for k, v in properties.items()}}
+        if props.get("group.protocol") == "consumer":
+            # The consumer protocol (KIP-848): the brokers assign and keep the session; Java's
+            # consumer refuses these settings with it.
+            for key in ("partition.assignment.strategy", "session.timeout.ms",
+                        "heartbeat.interval.ms"):
+                props.pop(key)
         args = [os.path.join(home, "bin", "kafka-console-consumer.sh"),
                 "--bootstrap-server", bootstrap, "--topic", topic, "--group", group,
                 "--from-beginning"]

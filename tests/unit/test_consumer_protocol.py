@@ -530,3 +530,13 @@ def test_offset_fetch_of_a_removed_member_is_asked_again_without_the_member(fake
     assert m.committed([("t0", 0)]) == {("t0", 0): 8}
     assert fake.sent(OFFSET_FETCH)[-1].groups[0].member_id is None
     assert m.generations_lost == 1 and not m.stable
+
+
+def test_a_changed_subscription_is_carried_by_the_next_heartbeat(fake, members):
+    m = member(fake)
+    members.append(m)
+    assert m.ensure_active(["t0"]) == (("t0", 0), ("t0", 1))
+    m.ensure_active(["t0", "t1"])
+    wait_until(lambda: fake.members[m.member_id].topics == ("t0", "t1"), what="the new names")
+    wait_until(lambda: not m.assignment_is_current(), what="the grown assignment")
+    assert m.ensure_active(["t0", "t1"]) == tuple(ALL)

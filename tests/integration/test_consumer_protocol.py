@@ -1,0 +1,228 @@
+"""The consumer group protocol (KIP-848), ``kafka.group.protocol=consumer``, on a real broker,
+through Spark (:mod:`kafka_source.group.consumer_protocol`).
+
+On Kafka 4.0+: a query alone in its group reads every record once and its commits are what the
+brokers report for the group (``describe_group``, which describes it with ConsumerGroupDescribe);
+a query and Kafka's Java console consumer with ``group.protocol=consumer`` share a group -- the
+brokers split the partitions between them incrementally (the query gives up half of them, after
+committing) -- with nothing read twice or lost, and the group's committed offsets never moving
+backwards. On a broker without the protocol (Kafka 2.2) the query fails at start, naming the
+option and saying to use 'classic'.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+
+import pytest
+
+from kafka_source import describe_group
+from kafka_source.testing import create_topic, unique_topic_name
+from kafka_source.wire.net.client import BrokerClient, RetriableBrokerError
+
+from .java_consumer import JavaConsumer, kafka_home
+from .test_stream import expected_rows, produce_counts, sink_rows, start_stream, wait_until
+
+KIP_848 = "KIP-848 consumer group protocol (ConsumerGroupHeartbeat)"
+EMBEDDED = "the embedded Tansu broker has no consumer group protocol (ConsumerGroupHeartbeat)"
+
+
+def consumer_options(bootstrap, topic, group, **extra):
+    """A stream in ``group`` with the consumer protocol: no session timeout, heartbeat interval
+    or assignor of its own (the brokers' settings apply)."""
+    return {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "kafka.group.id": group,
+            "kafka.group.protocol": "consumer", "kafka.max.poll.interval.ms": "30000",
+            "startingOffsets": "earliest", **{k: str(v) for k, v in extra.items()}}
+
+
+class CommitWatcher:
+    """Samples the group's committed offsets every 100 ms in a thread; records every offset a
+    partition ever went back to."""
+
+    def __init__(self, bootstrap, group, topic):
+        self.bootstrap, self.group, self.topic = bootstrap, group, topic
+        self.latest: dict[int, int] = {}
+        self.backwards: list[tuple[int, int, int]] = []    # partition, before, after
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        with BrokerClient({"bootstrap_servers": self.bootstrap}) as client:
+            node = None
+            while not self._stop.wait(0.1):
+                try:
+                    node = node or client.find_coordinator(self.group)
+                    _, offsets = client.group_offsets(node, self.group, require_stable=False)
+                except RetriableBrokerError:
+                    node = None
+                    continue
+                self.samples += 1
+                for (topic, p), (offset, _) in offsets.items():
+                    if topic != self.topic:
+                        continue
+                    if offset < self.latest.get(p, -1):
+                        self.backwards.append((p, self.latest[p], offset))
+                    self.latest[p] = offset
+
+    def close(self):
+        self._stop.set()
+        self._thread.join(10)
+
+
+def kafka_consumer_groups(kafka_broker, bootstrap, group, topic):
+    """partition -> (CURRENT-OFFSET, LOG-END-OFFSET, CONSUMER-ID) from Kafka's
+    ``kafka-consumer-groups.sh --describe``."""
+    tool = os.path.join(kafka_broker.kafka_home, "bin", "kafka-consumer-groups.sh")
+    out = subprocess.run([tool, "--bootstrap-server", bootstrap, "--describe", "--group", group],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    header, *lines = [line.split() for line in out.splitlines() if line.strip()]
+    rows = [dict(zip(header, line)) for line in lines if len(line) == len(header)]
+    return {int(r["PARTITION"]): (r["CURRENT-OFFSET"], r["LOG-END-OFFSET"], r["CONSUMER-ID"])
+            for r in rows if r["TOPIC"] == topic and r.get("GROUP", group) == group}
+
+
+def status_now(bootstrap, group):
+    try:
+        return describe_group(bootstrap, group)
+    except RetriableBrokerError:
+        return None
+
+
+@pytest.mark.skip_on_embedded(EMBEDDED)
+@pytest.mark.requires_broker((4, 0), KIP_848)
+def test_a_query_alone_reads_once_and_commits(spark, bootstrap_servers, kafka_broker,
+                                              tmp_path):
+    topic = unique_topic_name("cgp-alone")
+    create_topic(bootstrap_servers, topic, partitions=3)
+    group = unique_topic_name("g-cgp-alone")
+    counts = {p: 10 for p in range(3)}
+    produce_counts(bootstrap_servers, topic, counts)
+    out = str(tmp_path / "out")
+    watcher = CommitWatcher(bootstrap_servers, group, topic)
+    query = start_stream(spark, consumer_options(bootstrap_servers, topic, group,
+                                                 **{"kafka.group.remote.assignor": "range"}),
+                         str(tmp_path / "ck"), out)
+    try:
+        wait_until(lambda: len(sink_rows(spark, out)) >= 30, 90, "the first 30 records")
+        produce_counts(bootstrap_servers, topic, counts, start=counts)
+        wait_until(lambda: len(sink_rows(spark, out)) >= 60, 90, "all 60 records")
+        # Committed at the trigger after each batch: every partition at 20.
+        status = wait_until(lambda: (lambda s: s if s is not None and s.committed == {
+            (topic, p): 20 for p in range(3)} else None)(status_now(bootstrap_servers, group)),
+            60, "the group's commits of all 60 records")
+        assert status.protocol == "consumer", status
+        assert (status.state, status.assignor) == ("Stable", "range"), status
+        assert [m.partitions for m in status.members] == [tuple((topic, p) for p in range(3))]
+        assert query.isActive and query.exception() is None
+        assert sorted(sink_rows(spark, out)) == expected_rows({p: 20 for p in range(3)})
+        if kafka_broker.kind == "local-kafka":
+            # Kafka's own tool (Admin.describeConsumerGroups) sees the same group.
+            assert kafka_consumer_groups(kafka_broker, bootstrap_servers, group, topic) == {
+                p.partition: (str(p.committed), str(p.end), p.member_id)
+                for p in describe_group(bootstrap_servers, group, [topic]).partitions}
+    finally:
+        query.stop()
+        watcher.close()
+    print(f"\nconsumer protocol, query alone: {len(sink_rows(spark, out))} records read, 60 "
+          f"expected, each once; {watcher.samples} samples of the group's commits, "
+          f"{len(watcher.backwards)} moved backwards")
+    assert watcher.samples > 0 and watcher.backwards == []
+    # The query left the group when it stopped (epoch -1): no member is left.
+    status = wait_until(lambda: (lambda s: s if s is not None and not s.members else None)(
+        status_now(bootstrap_servers, group)), 30, "the query to leave the group")
+    assert status.state == "Empty", status
+
+
+@pytest.mark.once      # a JVM consumer and an incremental rebalance: about half a minute
+@pytest.mark.skip_on_embedded(EMBEDDED)
+@pytest.mark.requires_broker((4, 0), KIP_848)
+def test_a_query_and_a_java_consumer_share_a_group_with_the_consumer_protocol(
+        spark, bootstrap_servers, tmp_path):
+    kafka_home()
+    topic = unique_topic_name("cgp-java")
+    create_topic(bootstrap_servers, topic, partitions=4)
+    group = unique_topic_name("g-cgp-java")
+    out = str(tmp_path / "out")
+    first = {p: 10 for p in range(4)}
+    produce_counts(bootstrap_servers, topic, first)
+    watcher = CommitWatcher(bootstrap_servers, group, topic)
+    query = start_stream(spark, consumer_options(bootstrap_servers, topic, group),
+                         str(tmp_path / "ck"), out)
+    java = None
+    try:
+        # The query alone: all four partitions, the first 40 records read and committed.
+        wait_until(lambda: len(sink_rows(spark, out)) >= 40, 90, "the query's first 40 records")
+        wait_until(lambda: watcher.latest == {p: 10 for p in range(4)}, 60,
+                   "the query's commits of the first 40 records")
+        java = JavaConsumer(bootstrap_servers, topic, group,
+                            **{"group.protocol": "consumer"})
+        # The brokers move two partitions to the Java consumer once the query gave them up.
+        status = wait_until(
+            lambda: (lambda s: s if s is not None and len(s.members) == 2
+                     and sorted(len(m.partitions) for m in s.members) == [2, 2] else None)(
+                status_now(bootstrap_servers, group)),
+            90, f"two members with two partitions each ({java.stderr()})")
+        assert status.protocol == "consumer", status
+        java_parts = sorted(p for m in status.members if m.client_id.startswith("java-consumer")
+                            for _, p in m.partitions)
+        assert len(java_parts) == 2, status
+
+        second = {p: 10 for p in range(4)}
+        produce_counts(bootstrap_servers, topic, second, start=first)
+        wait_until(lambda: len(java.values()) + len(sink_rows(spark, out)) >= 80, 90,
+                   f"all 80 records read by the two members ({java.stderr()})")
+        time.sleep(1)                         # anything read twice would show up by now
+        query_rows = sink_rows(spark, out)
+        java_rows = [(int(v[1:v.index("-")]), int(v[v.index("-") + 1:]), v)
+                     for v in java.values()]
+        # The Java consumer started at the query's commits: it read only the second half of
+        # its partitions, the query everything else.
+        assert sorted({p for p, _, _ in java_rows}) == java_parts
+        assert all(offset >= 10 for _, offset, _ in java_rows)
+        assert sorted(query_rows + java_rows) == expected_rows({p: 20 for p in range(4)})
+        assert query.isActive and query.exception() is None
+        wait_until(lambda: watcher.latest == {p: 20 for p in range(4)}, 60,
+                   "both members' commits of all 80 records")
+        print(f"\nconsumer protocol, query and Java consumer: {len(query_rows)} records read by "
+              f"the query, {len(java_rows)} by the Java consumer (partitions {java_parts}), 80 "
+              f"expected, each once")
+    finally:
+        query.stop()
+        if java is not None:
+            java.close()
+        watcher.close()
+    print(f"{watcher.samples} samples of the group's commits, {len(watcher.backwards)} moved "
+          f"backwards")
+    assert watcher.samples > 0 and watcher.backwards == []
+
+
+def test_the_consumer_protocol_on_a_broker_without_it_is_a_clear_error(
+        spark, bootstrap_servers, kafka_broker, tmp_path):
+    if kafka_broker.is_tansu:
+        pytest.skip(f"{kafka_broker.kind} Tansu broker: {EMBEDDED}; the error is measured on "
+                    "Kafka 2.2")
+    if tuple(kafka_broker.version) >= (4, 0):
+        pytest.skip(f"the broker is Kafka {'.'.join(map(str, kafka_broker.version))}, which has "
+                    "the consumer group protocol: the error is for brokers before Kafka 4.0")
+    topic = unique_topic_name("cgp-old")
+    create_topic(bootstrap_servers, topic, partitions=1)
+    started = time.monotonic()
+    query = start_stream(spark, consumer_options(bootstrap_servers, topic,
+                                                 unique_topic_name("g-cgp-old")),
+                         str(tmp_path / "ck"), str(tmp_path / "out"))
+    try:
+        with pytest.raises(Exception) as info:
+            query.awaitTermination(60)
+            raise AssertionError(f"the query did not fail: {query.exception()}")
+    finally:
+        query.stop()
+    message = str(info.value)
+    assert "'kafka.group.protocol' = 'consumer'" in message, message
+    assert "'kafka.group.protocol' = 'classic'" in message, message
+    assert "ConsumerGroupHeartbeat" in message, message
+    assert time.monotonic() - started < 30          # at start, not after retries
