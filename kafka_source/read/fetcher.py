@@ -31,6 +31,12 @@ Along the way, per partition, it:
   the decoder's ``next_offset`` moves past them;
 * treats OFFSET_OUT_OF_RANGE at an offset the log holds (as its leader lists it now) as a
   leader change, not as loss: the leader is looked up again;
+* treats a record batch of a newer leader epoch than the range was planned in
+  (:attr:`OffsetRange.epoch <kafka_source.read.offsets.OffsetRange>`), below the range's end, as
+  a log truncated and written again after an unclean leader election (:func:`newer_epoch`):
+  data loss -- fail, or with ``failOnDataLoss=false`` warn and end the range there, so that
+  records the new leader wrote are never passed off as the planned ones (a stream reads them
+  in its next micro-batch: :mod:`kafka_source.read.truncation`);
 * before offsets that have not appeared in ``kafkaConsumer.pollTimeoutMs`` are called missing,
   looks the leader up again and fetches once more (the broker taken for the leader may be one
   an election left behind);
@@ -44,6 +50,7 @@ Along the way, per partition, it:
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Mapping
@@ -313,9 +320,16 @@ class RangeFetcher:
                 continue
             st.failures = 0
             aborted = data.aborted if s.read_committed else []
-            items, next_offset, truncated = decode(data.records, st.position, aborted, st.r)
+            diverged = newer_epoch(data.records, start_offset=st.position, end_offset=st.r.end,
+                                   epoch=st.r.epoch)
+            r = st.r if diverged is None else OffsetRange(
+                st.r.topic, st.r.partition, st.r.start, diverged[0], st.r.epoch)
+            items, next_offset, truncated = decode(data.records, st.position, aborted, r)
             if items:
                 yield items
+            if diverged is not None:
+                self._diverged(st, *diverged, parts)
+                continue
             self._after_decode(st, data, scans[st.tp], next_offset, truncated, parts)
         if send_error is not None:
             raise send_error
@@ -396,6 +410,24 @@ class RangeFetcher:
             st.retry_at = time.monotonic() + delay_ms / 1000
             log.warning("Retrying fetch of %s-%d in %d ms: %s", st.r.topic, st.r.partition,
                         delay_ms, why)
+
+    def _diverged(self, st: _Partition, offset: int, epoch: int, parts: dict) -> None:
+        """The log holds a record of a newer leader epoch than the range was planned in, at
+        ``offset`` below the range's end: it was truncated and written again after an unclean
+        leader election (:func:`newer_epoch`). The range ends there, or the task fails."""
+        r = st.r
+        message = (f"{r.topic}-{r.partition}: from offset {offset} on, the log holds records of "
+                   f"leader epoch {epoch}, newer than epoch {r.epoch} in which offsets "
+                   f"[{r.start}, {r.end}) were planned: the log was truncated after an unclean "
+                   f"leader election (a replica that was not in sync became leader), and offsets "
+                   f"{offset} to {r.end - 1} now hold other records than when they were "
+                   "planned.")
+        on_data_loss(self.settings.fail_on_data_loss, message,
+                     remedy=f"Set the option 'failOnDataLoss' to 'false' to end the range at "
+                            f"offset {offset} instead (a stream goes on from where the log "
+                            "diverged at its next micro-batch).",
+                     action=f"Ending the range at offset {offset}", logger=log)
+        del parts[st.tp]
 
     def _vanished(self, st: _Partition, parts: dict, why: str) -> None:
         """The partition of a planned range is gone from the cluster (its topic was deleted
@@ -479,6 +511,39 @@ class RangeFetcher:
         return position, True
 
 
+_BATCH_HEAD = struct.Struct(">qii")        # base offset, length, partition leader epoch
+_LAST_DELTA = struct.Struct(">i")
+_V2_HEAD_BYTES = 27                        # through lastOffsetDelta
+
+
+def newer_epoch(records, *, start_offset: int, end_offset: int,
+                epoch: int) -> tuple[int, int] | None:
+    """The first offset in ``[start_offset, end_offset)`` of a whole record batch (magic 2)
+    in ``records`` whose partition leader epoch is newer than ``epoch``, and that epoch; None if
+    there is none or ``epoch`` is unknown (-1).
+
+    A range's epoch is the leader's when its end was listed: every record below the end was
+    written by that leader or an older one. A newer epoch there is a new leader's record at an
+    offset it had to write again -- its log was truncated below the range's end (an unclean
+    leader election). Only batch headers are read."""
+    if epoch < 0:
+        return None
+    view = records if isinstance(records, memoryview) else memoryview(records)
+    n = len(view)
+    pos = 0
+    while n - pos >= _V2_HEAD_BYTES:
+        base, length, batch_epoch = _BATCH_HEAD.unpack_from(view, pos)
+        end = pos + 12 + length
+        if length <= 0 or end > n or base >= end_offset:
+            break
+        if view[pos + 16] == 2 and batch_epoch > epoch:
+            last = base + _LAST_DELTA.unpack_from(view, pos + 23)[0]
+            if last >= start_offset:
+                return max(base, start_offset), batch_epoch
+        pos = end
+    return None
+
+
 def _as_list(ranges) -> list[OffsetRange]:
     return [ranges] if isinstance(ranges, OffsetRange) else list(ranges)
 
@@ -492,7 +557,7 @@ def _waves(ranges: list[OffsetRange]) -> Iterator[list[OffsetRange]]:
             continue
         last = merged[-1] if merged else None
         if last is not None and last.topic_partition == r.topic_partition and last.end == r.start:
-            merged[-1] = OffsetRange(r.topic, r.partition, last.start, r.end)
+            merged[-1] = OffsetRange(r.topic, r.partition, last.start, r.end, r.epoch)
         else:
             merged.append(r)
     while merged:

@@ -14,7 +14,7 @@ reported at once (see :mod:`kafka_source.wire.net.client`).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from ..wire.net.client import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient, Retries,
@@ -27,12 +27,20 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, order=True)
 class OffsetRange:
-    """Offsets [start, end) of one topic-partition."""
+    """Offsets [start, end) of one topic-partition.
+
+    ``epoch``: the partition's leader epoch when ``end`` (or a later offset) was listed as the
+    latest, -1 if not known. Every record below ``end`` was then written by a leader of that
+    epoch or an older one, so a record there with a *newer* epoch means the log was truncated
+    and written again after an unclean leader election (the executor's check, see
+    :mod:`kafka_source.read.fetcher`). Not part of the range's identity (equality, order).
+    """
 
     topic: str
     partition: int
     start: int
     end: int
+    epoch: int = field(default=-1, compare=False)
 
     @property
     def size(self) -> int:
@@ -135,10 +143,13 @@ class OffsetResolver:
         self.all_partitions = partitions if all_partitions is None else all_partitions
         self._earliest: dict[TopicPartition, int] | None = None
         self._latest: dict[TopicPartition, int] | None = None
+        #: The leader epoch given with each latest offset (ListOffsets v4+; -1 unknown).
+        self.latest_epochs: dict[TopicPartition, int] = {}
 
-    def _list(self, targets: Mapping[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int]]:
+    def _list(self, targets: Mapping[TopicPartition, int],
+              epochs: dict | None = None) -> dict[TopicPartition, tuple[int, int]]:
         return self.client.list_offsets(targets, read_committed=self.options.read_committed,
-                                        retries=planning_retries(self.options))
+                                        retries=planning_retries(self.options), epochs=epochs)
 
     @property
     def earliest(self) -> dict[TopicPartition, int]:
@@ -150,8 +161,14 @@ class OffsetResolver:
     @property
     def latest(self) -> dict[TopicPartition, int]:
         if self._latest is None:
-            listed = self._list({tp: LATEST_TIMESTAMP for tp in self.partitions})
+            listed = self._list({tp: LATEST_TIMESTAMP for tp in self.partitions},
+                                self.latest_epochs)
             self._latest = {tp: off for tp, (off, _) in listed.items()}
+        return self._latest
+
+    @property
+    def latest_if_listed(self) -> dict[TopicPartition, int] | None:
+        """The latest offsets if they were listed already, else None (no request)."""
         return self._latest
 
     def resolve(self, spec: OffsetSpec, *, is_start: bool) -> dict[TopicPartition, int]:
@@ -205,7 +222,10 @@ def plan_batch_ranges(client: BrokerClient, options: SourceOptions) -> list[Offs
                 f"Ending offset {end} of {tp[0]}-{tp[1]} is before its starting offset {start} "
                 f"(options '{options.starting.option}' and '{options.ending.option}').")
         start = check_start_for_data_loss(tp, start, resolver.earliest[tp], options)
-        ranges.append(OffsetRange(tp[0], tp[1], start, max(start, end)))
+        # The end's leader epoch, if the latest offsets were listed anyway (no extra request).
+        listed = resolver.latest_epochs.get(tp, -1), (resolver.latest_if_listed or {}).get(tp, -1)
+        epoch = listed[0] if 0 <= end <= listed[1] else -1
+        ranges.append(OffsetRange(tp[0], tp[1], start, max(start, end), epoch))
     return ranges
 
 

@@ -73,7 +73,7 @@ def _split_evenly(r: OffsetRange, parts: int) -> list[OffsetRange]:
     for part in range(parts):
         length = remaining // (parts - part)
         remaining -= length
-        pieces.append(OffsetRange(r.topic, r.partition, start, start + length))
+        pieces.append(OffsetRange(r.topic, r.partition, start, start + length, r.epoch))
         start += length
     return [p for p in pieces if p.size > 0]
 
@@ -186,7 +186,7 @@ def _merge_adjacent(group: list[OffsetRange]) -> list[OffsetRange]:
     for r in group:
         last = out[-1] if out else None
         if last is not None and last.topic_partition == r.topic_partition and last.end == r.start:
-            out[-1] = OffsetRange(r.topic, r.partition, last.start, r.end)
+            out[-1] = OffsetRange(r.topic, r.partition, last.start, r.end, r.epoch)
         else:
             out.append(r)
     return out

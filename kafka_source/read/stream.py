@@ -31,7 +31,10 @@ One trigger, as seen from here (``latestOffset(start, limit)``):
    keeps none -- is dropped for one trigger and adopted at the next; its offset in ``start`` is
    stale and is never committed (another member may have committed newer offsets meanwhile).
 4. The end offsets come from ListOffsets(latest), capped by the AvailableNow target and the
-   admission control options (:mod:`kafka_source.read.admission`).
+   admission control options (:mod:`kafka_source.read.admission`). When a partition's leader
+   epoch changed since the last trigger, its position is first validated with
+   OffsetsForLeaderEpoch: a log truncated below it by an unclean leader election is data loss
+   (:mod:`kafka_source.read.truncation`).
 
 Trigger.AvailableNow reads up to the end offsets listed when the run began
 (``prepareForTriggerAvailableNow``), as Spark's own source does. While the member keeps the same
@@ -84,6 +87,7 @@ from .offsets import (OffsetRange, OffsetResolver, check_start_for_data_loss, on
                       partitions_in_metadata, planning_retries, subscription_topics)
 from ..config.options import StreamOptions
 from .planning import plan_input_partitions
+from .truncation import TruncationCheck
 from ..worker_socket import AcksJvmOnUnpickle
 
 log = logging.getLogger(__name__)
@@ -133,6 +137,11 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         # trigger is never held back.
         self._last_batch_ms = -(1 << 62)
         self._counts: dict[str, int] = {}                # partition count per subscribed topic
+        # Truncation after an unclean leader election (KIP-320, :mod:`.truncation`): the
+        # latest offsets and their leader epochs listed in this trigger, and the check itself.
+        self._listed: dict[TopicPartition, tuple[int, int]] = {}
+        self._target_listed: dict[TopicPartition, tuple[int, int]] = {}
+        self._truncation = TruncationCheck()
 
     # --- connections --------------------------------------------------------------------------
 
@@ -198,6 +207,10 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
     def prepareForTriggerAvailableNow(self) -> None:
         partitions = self._current_partitions(strict=True)
         self._target = self._list(partitions, LATEST_TIMESTAMP)
+        # Each target with its leader epoch: every end of the run lies at or below it, so the
+        # executors check what they read against it even on triggers that ask the brokers
+        # nothing (.truncation; the driver validates only when it lists offsets).
+        self._target_listed = {tp: self._listed[tp] for tp in self._target if tp in self._listed}
         log.info("Trigger.AvailableNow: reading up to %s", encode_offsets(self._target))
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
@@ -216,6 +229,7 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         # The last trigger's commit: answered long ago (a micro-batch ran since); a refusal
         # (fenced member) is known before this trigger decides anything.
         member.settle_commits()
+        self._listed = {}
         if self._available_now_unchanged(start_pos):
             # Nothing to ask the brokers (module docstring, "Trigger.AvailableNow").
             self._commit_completed(start_pos)
@@ -253,9 +267,21 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
             self._previous = frozenset(kept) | frozenset(adopted)
             self._lost_seen = member.generations_lost_at_assignment
             latest = self._list(list(kept), LATEST_TIMESTAMP)
+            # A leader change since the last trigger: validate the positions (module docstring
+            # of .truncation), also of partitions adopted where this query was (after fencing);
+            # a truncated partition's batch ends at the divergence.
+            src = self.options.source
+            rewound = self._truncation.check(self.client, {**kept, **adopted}, self._listed,
+                                             fail_on_data_loss=src.fail_on_data_loss,
+                                             retries=planning_retries(src))
+            adopted.update({tp: off for tp, off in rewound.items() if tp in adopted})
             self._latest = {**latest, **adopted}
-            end = self._admit(kept, self._check_latest(kept, latest), limit)
+            admitted = {tp: off for tp, off in kept.items() if tp not in rewound}
+            end = self._admit(admitted, self._check_latest(
+                admitted, {tp: off for tp, off in latest.items() if tp not in rewound}), limit)
+            end.update({tp: off for tp, off in rewound.items() if tp in kept})
             end.update(adopted)
+            self._truncation.note(end, self._listed)
         if any(off > kept[tp] for tp, off in end.items() if tp in kept):
             self._last_batch_ms = _now_ms()
         if end == start_pos and self._target is not None and all(
@@ -277,7 +303,13 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         for tp, until in sorted(end_pos.items()):
             begin = start_pos.get(tp, until)   # not in start: adopted with an empty range
             if until > begin:
-                ranges.append(OffsetRange(tp[0], tp[1], begin, until))
+                # The leader epoch of ``until`` if this process planned it (.truncation): the
+                # executors' check of the range against a truncated log.
+                mark = self._truncation.marks.get(tp)
+                target = self._target_listed.get(tp, (-1, -1))
+                epoch = mark[1] if mark is not None and mark[0] == until else (
+                    target[1] if until <= target[0] else -1)
+                ranges.append(OffsetRange(tp[0], tp[1], begin, until, epoch))
         # Leaders as of this trigger's ListOffsets (no request of its own).
         leaders = getattr(self._client, "known_leaders", None) or {}
         return plan_input_partitions(ranges, self.options.source, parallelism=self.parallelism,
@@ -520,9 +552,17 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         src = self.options.source
         if read_committed is None:
             read_committed = src.read_committed
+        epochs: dict[TopicPartition, int] = {}
         listed = self.client.list_offsets({tp: target for tp in partitions},
                                           read_committed=read_committed,
-                                          retries=planning_retries(src))
+                                          retries=planning_retries(src), epochs=epochs)
+        if target == LATEST_TIMESTAMP:
+            for tp, (off, _) in listed.items():
+                # The lowest latest offset of this trigger (the LSO with read_committed) with
+                # the leader's epoch: what an end offset is paired with (.truncation).
+                prev = self._listed.get(tp)
+                self._listed[tp] = (off if prev is None else min(off, prev[0]),
+                                    epochs.get(tp, -1))
         return {tp: off for tp, (off, _) in listed.items()}
 
     def _data_loss(self, message: str, action: str) -> None:

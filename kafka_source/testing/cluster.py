@@ -37,6 +37,7 @@ What a test does with it::
     cluster.stop(cluster.coordinator("my-group"))        # SIGTERM: a controlled shutdown
     cluster.rolling_restart()                            # one node after the other
     cluster.reassign("clicks", 0, [2, 3])
+    cluster.wait_unclean_leader("t", 0, 2)              # a topic that allows unclean elections
     cluster.stop()
 
 Facts the waits are built on (measured on these machines):
@@ -947,6 +948,44 @@ class KafkaCluster(BrokerHandle):
                        f"preferred leaders of {topic} {partitions}",
                        last=lambda: self._last_problem)
         return output
+
+    def wait_unclean_leader(self, topic: str, partition: int, node: int, *,
+                            timeout_s: float | None = None) -> str:
+        """Wait until ``node`` leads ``topic``-``partition`` after an *unclean* leader election:
+        ``node`` is a replica that was out of the ISR (stopped while the leader went on alone)
+        and was started again after the last in-sync replica died. The topic must allow it
+        (``unclean.leader.election.enable=true``; the cluster's default is false).
+
+        ZooKeeper mode (Kafka 2.2, which has no tool for unclean elections): the controller
+        elects ``node`` by itself when it starts and the partition has no live in-sync replica.
+        KRaft (Kafka 4.0): the controller may do the same when it unfences ``node``; if
+        ``node`` does not lead within 10 s, ``kafka-leader-election.sh --election-type UNCLEAN``
+        asks for it. Returns how the election came about."""
+        timeout_s = timeout_s or self.state_timeout_s
+
+        def leads() -> bool:
+            views = self.views()
+            return bool(views) and all(view.partition(topic, partition) is not None
+                                       and view.partition(topic, partition).leader == node
+                                       for view in views)
+
+        how = "by the controller"
+        deadline = time.monotonic() + (10 if self.mode == KRAFT else timeout_s)
+        while time.monotonic() < deadline and not leads():
+            time.sleep(0.5)
+        if not leads() and self.mode == KRAFT:
+            how = "with kafka-leader-election.sh --election-type UNCLEAN"
+            try:
+                self._tool("kafka-leader-election.sh", "--bootstrap-server",
+                           self.live_bootstrap_servers(), "--election-type", "UNCLEAN",
+                           "--topic", topic, "--partition", str(partition))
+            except ClusterError as exc:
+                if "ElectionNotNeeded" not in str(exc) and "already" not in str(exc):
+                    raise
+        self._wait(leads, timeout_s, f"node {node} to lead {topic}-{partition} after an unclean "
+                   "election", tails=lambda: self._tails([self._node(node)]),
+                   last=lambda: self.describe())
+        return how
 
     def reassign(self, topic: str, partition: int, replicas: Iterable[int], *, wait: bool = True,
                  timeout_s: float | None = None) -> str:

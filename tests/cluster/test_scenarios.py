@@ -373,3 +373,172 @@ def test_stream_planner_frozen_past_the_session_timeout(whole_cluster, spark, fi
         figures.fault("planner SIGSTOP past session timeout")
         run.log(f"planner {planners[0]} frozen for {SESSION_MS / 1000 + 4:.0f} s")
         run.finish()
+
+
+def _values(spark_rows) -> "Counter":
+    from collections import Counter
+
+    return Counter(value for _, _, value in spark_rows)
+
+
+def test_unclean_leader_election_truncates_the_log(whole_cluster, spark, figures, tmp_path):
+    """An unclean leader election (issue 17 item 5, KIP-320): a topic with replication factor
+    2, ``unclean.leader.election.enable=true`` and ``min.insync.replicas=1``. Its follower is
+    shut down; the leader, alone in the ISR, takes 30 records (``acks=1``) that two streams
+    read; then the leader crashes and the old follower, whose log ends 30 records earlier,
+    is started and elected leader uncleanly; it takes 60 new records at the same offsets and
+    beyond. The streams' planners are frozen (SIGSTOP) from before the crash until then, so
+    that their next trigger finds the log grown past their position (the group fences them
+    meanwhile: they adopt their partition again where they were).
+
+    * The stream with ``failOnDataLoss=false`` warns and goes on from where the logs diverged:
+      every record is read exactly once -- the 50 from before, the 30 that Kafka lost (read
+      before the election) and the 60 new ones, each at the offset Kafka gave it.
+    * The stream with ``failOnDataLoss=true`` fails, naming the partition, the lost offsets
+      [50, 80), the cause and the option, without reading any new record.
+
+    Before truncation detection the first went on from offset 80, skipping the new records at
+    50-79 silently, and the second did not fail (unfrozen, a trigger that saw the log end at 50
+    called the topic recreated)."""
+    from kafka_source.testing import unique_topic_name
+
+    from .scenario import Stream, stream_options
+
+    c = whole_cluster
+    topic = unique_topic_name("unclean")
+    c.create_topic(topic, 1, replication_factor=2,
+                   config={"unclean.leader.election.enable": "true", "min.insync.replicas": "1"})
+    state = c.partition(topic, 0)
+    leader = state.leader
+    follower = next(n for n in state.replicas if n != leader)
+    tp_name = f"{topic}-0"
+    before, lost, new = 50, 30, 60
+
+    def log(what):
+        print(f"[unclean {c.mode}] {what}", flush=True)
+
+    def produce(prefix, n, acks):
+        producer = KafkaProducer(bootstrap_servers=c.live_bootstrap_servers(), acks=acks,
+                                 retries=5, request_timeout_ms=15_000)
+        try:
+            for i in range(n):
+                producer.send(topic, f"{prefix}-{i}".encode(), partition=0).get(timeout=60)
+        finally:
+            producer.close(5)
+
+    # Planning outlasts the outage below (both replicas down for a while): retries for ~200 s.
+    patient = {"fetchOffset.numRetries": "400", "maxOffsetsPerTrigger": "1000"}
+    streams = {}
+    try:
+        for name, fail in (("lenient", "false"), ("strict", "true")):
+            options = stream_options(c.bootstrap_servers, topic,
+                                     unique_topic_name(f"g-unclean-{name}"),
+                                     failOnDataLoss=fail, **patient)
+            streams[name] = Stream(spark, options, tmp_path / name, trigger="1 second")
+        produce("before", before, "all")
+
+        def read_up_to(offset):
+            def done():
+                for name, s in streams.items():
+                    if s.failure() is not None:
+                        raise AssertionError(f"stream {name} failed: {short(s.failure())}")
+                return all(s.progress_end(topic).get(0, 0) >= offset for s in streams.values())
+            wait_until(done, 120, f"both streams to read up to offset {offset}")
+
+        read_up_to(before)
+        c.stop(follower)
+        figures.fault("follower shut down")
+        wait_until(lambda: c.partition(topic, 0).isr == (leader,), 60,
+                   f"the ISR of {tp_name} to shrink to the leader {leader}")
+        produce("lost", lost, 1)
+        read_up_to(before + lost)
+        # The streams' planners are frozen until the new leader's log has grown past their
+        # position (the case where reading on from there skips records silently); a planner
+        # that saw the log end at 50 first would take it for a recreated topic instead.
+        planners = _planner_processes(spark)
+        assert len(planners) >= 2, f"expected the two streams' planners, found {planners}"
+        for pid in planners:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            log(f"both streams read {before + lost} records; killing leader {leader}")
+            c.kill(leader)
+            figures.fault("SIGKILL leader")
+            c.start(follower)
+            how = c.wait_unclean_leader(topic, 0, follower)
+            figures.fault("unclean election")
+            log(f"node {follower} leads {tp_name} after an unclean election ({how})")
+            produce("new", new, 1)
+        finally:
+            for pid in planners:
+                os.kill(pid, signal.SIGCONT)
+        figures.fault("stream planners frozen through the election", 2)
+        ends = end_offsets(c.live_bootstrap_servers(), topic, 1)
+        assert ends == {0: before + new}, f"the new leader's log: {ends}"
+        truth = read_topic(c.live_bootstrap_servers(), topic, 1, ends)
+        assert [truth[(0, before + i)] for i in range(new)] == [f"new-{i}" for i in range(new)]
+
+        # failOnDataLoss=false: every record once, the new ones at their offsets.
+        lenient = streams["lenient"]
+
+        def lenient_has_all():
+            if lenient.failure() is not None:
+                raise AssertionError(f"the lenient stream failed: {short(lenient.failure())}")
+            return sum(1 for _, _, v in lenient.rows() if v.startswith("new-")) >= new
+        try:
+            wait_until(lenient_has_all, 120, f"the {new} new records in the lenient stream",
+                       interval_s=2.0)
+        except AssertionError as exc:
+            figures.problem(str(exc))
+        rows = lenient.rows()
+        expected = {f"before-{i}": i for i in range(before)}
+        expected.update({f"lost-{i}": before + i for i in range(lost)})
+        expected.update({f"new-{i}": before + i for i in range(new)})
+        seen = _values(rows)
+        offsets = {v: o for _, o, v in rows}
+        missing = sorted(v for v in expected if seen[v] == 0)
+        twice = {v: n for v, n in seen.items() if n > 1}
+        misplaced = sorted(v for v in expected if v in offsets and offsets[v] != expected[v])
+        extra = sorted(v for v in seen if v not in expected)
+        figures.checked += len(expected)
+        figures.lost += len(missing)
+        figures.duplicated += sum(n - 1 for n in twice.values())
+        for what, found in (("never read", missing), ("read more than once", sorted(twice)),
+                            ("at another offset", misplaced), ("not written", extra)):
+            if found:
+                figures.problem(f"lenient stream: {len(found)} records {what}, e.g. "
+                                f"{found[:5]}")
+
+        # failOnDataLoss=true: the query fails with the clear message, reading nothing new.
+        strict = streams["strict"]
+        try:
+            failure = wait_until(strict.failure, 120, "the strict stream to fail")
+        except AssertionError as exc:
+            figures.problem(f"strict stream: {exc}")
+            failure = None
+        if failure is not None:
+            text = str(failure)
+            log(f"strict stream failed: {short(text, 600)}")
+            for part in (tp_name, f"[{before}, {before + lost})", "unclean leader election",
+                         "truncated", "failOnDataLoss"):
+                if part not in text:
+                    figures.problem(f"strict stream's error lacks {part!r}: {short(text, 600)}")
+        strict_seen = _values(strict.rows())
+        strict_expected = [f"before-{i}" for i in range(before)] + \
+            [f"lost-{i}" for i in range(lost)]
+        figures.checked += len(strict_expected)
+        strict_missing = [v for v in strict_expected if strict_seen[v] == 0]
+        figures.lost += len(strict_missing)
+        figures.duplicated += sum(n - 1 for n in strict_seen.values() if n > 1)
+        read_new = sorted(v for v in strict_seen if v.startswith("new-"))
+        if strict_missing or read_new:
+            figures.problem(f"strict stream: {len(strict_missing)} records never read, "
+                            f"{len(read_new)} new records read after the truncation "
+                            f"({read_new[:5]})")
+        log(f"checked {figures.checked} records: lost {figures.lost}, duplicated "
+            f"{figures.duplicated}; problems: {figures.problems or 'none'}")
+    finally:
+        for s in streams.values():
+            s.stop()
+    figures.assert_clean()
+    # The old leader stays down; the next test's whole_cluster brings it back (it truncates its
+    # log to the new leader's).

@@ -40,6 +40,9 @@ class FakeLog:
     high_watermark: int | None = None               # default: last batch's last offset + 1
     timestamps: dict = field(default_factory=dict)  # timestamp -> offset for ListOffsets
     last_stable: int | None = None                  # default: the high watermark
+    # The leader's epoch cache (KIP-320): (leader epoch, its first offset), ascending. Empty:
+    # one epoch, the partition's current one, from offset 0.
+    epoch_starts: list = field(default_factory=list)
 
 
 class FakeCluster:
@@ -69,6 +72,10 @@ class FakeCluster:
         # answers (no waiting: the time bound is tested with BrokerClient in test_client.py).
         self.view = MetadataView(confirm_ms=0)
         self.last_metadata_node = self.leader
+        # OffsetsForLeaderEpoch: False plays brokers without its v2 (before Kafka 2.1);
+        # epoch_requests records each call's {tp: epoch asked}.
+        self.epoch_api = True
+        self.epoch_requests: list[dict] = []
 
     def hw(self, tp) -> int:
         log = self.logs[tp]
@@ -121,7 +128,9 @@ class FakeCluster:
             self._connections = FakeConnections(self)
         return self._connections
 
-    def list_offsets(self, targets, *, read_committed, retries=None):
+    def list_offsets(self, targets, *, read_committed, retries=None, epochs=None):
+        """As a broker answers ListOffsets v4+: with ``epochs``, the leader's current epoch
+        for latest, else the epoch of the record found."""
         out = {}
         for tp, target in targets.items():
             log = self.logs[tp]
@@ -133,7 +142,54 @@ class FakeCluster:
             else:
                 hits = sorted(o for ts, o in log.timestamps.items() if ts >= target)
                 out[tp] = (hits[0] if hits else -1, target)
+            if epochs is not None:
+                epochs[tp] = self.epochs.get(tp, -1) if target == -1 \
+                    else self.epoch_at(tp, out[tp][0])
         return out
+
+    def epoch_at(self, tp, offset) -> int:
+        """The leader epoch of the record at ``offset`` (-1: unknown)."""
+        starts = self.logs[tp].epoch_starts or [(self.epochs.get(tp, -1), 0)]
+        found = -1
+        for epoch, start in starts:
+            if start <= offset:
+                found = epoch
+        return found
+
+    def epoch_end_offsets(self, epochs, *, retries=None):
+        """OffsetsForLeaderEpoch as Kafka's leader answers it from its epoch cache
+        (``LeaderEpochFileCache.endOffsetFor``): the current epoch ends at the log end; an
+        older one where the next epoch the leader knows starts, reported with the largest
+        epoch it knows not above the one asked; an epoch below all it knows ends where its
+        first one starts; nothing known: (-1, -1)."""
+        self.epoch_requests.append(dict(epochs))
+        if not self.epoch_api:
+            return None
+        self.leaders(list(epochs))
+        out = {}
+        for tp, asked in epochs.items():
+            log = self.logs[tp]
+            starts = log.epoch_starts or [(self.epochs.get(tp, -1), 0)]
+            latest = starts[-1][0]
+            if asked < 0 or latest < 0:
+                out[tp] = (-1, -1)
+            elif asked >= latest:
+                out[tp] = (latest, self.hw(tp)) if asked == latest else (-1, -1)
+            else:
+                higher = next(start for epoch, start in starts if epoch > asked)
+                floor = [epoch for epoch, _ in starts if epoch <= asked]
+                out[tp] = (floor[-1] if floor else asked, higher)
+        return out
+
+    def truncate(self, tp, at, *, new_epoch, new_end):
+        """An unclean leader election: the new leader's log ends at ``at`` (it had nothing
+        later), it leads ``new_epoch`` from there and has written up to ``new_end`` since."""
+        log = self.logs[tp]
+        starts = log.epoch_starts or [(self.epochs.get(tp, 0), 0)]
+        log.epoch_starts = [(e, s) for e, s in starts if s < at or (e, s) == starts[0]]
+        log.epoch_starts.append((new_epoch, at))
+        log.high_watermark = new_end
+        self.epochs[tp] = new_epoch
 
     def fetch(self, node_id, positions, *, epochs=None, **kw):
         """One Fetch served by broker ``node_id``: ``partition_max_bytes`` is an int or a dict

@@ -262,3 +262,73 @@ def test_retries_never_spin_while_only_the_window_keeps_them_going(monkeypatch):
     with pytest.raises(BrokerUnavailableError):
         Retries(count=1, interval_ms=0, window_ms=1000).run(attempt, what="x", where="b:1")
     assert sleeps[0] == 0 and all(s >= 0.1 for s in sleeps[1:]) and len(sleeps) <= 11
+
+
+# --- leader epochs: ListOffsets v4+ and OffsetsForLeaderEpoch (KIP-320) -------------------------
+
+def epoch_end_answer(*partitions, version=2):
+    """An OffsetsForLeaderEpoch response: (partition, error code, epoch, end offset) of t."""
+    from kafka.protocol.consumer import OffsetForLeaderEpochResponse as R
+
+    T = R.OffsetForLeaderTopicResult
+    response = R(version=version, throttle_time_ms=0, topics=[T(topic="t", partitions=[
+        T.EpochEndOffset(error_code=e, partition=p, leader_epoch=ep, end_offset=o)
+        for p, e, ep, o in partitions])])
+    return R.decode(response.encode(), version=version)
+
+
+def list_offsets_answer(offset, epoch, version=4):
+    from kafka.protocol.consumer import ListOffsetsResponse as R
+
+    T = R.ListOffsetsTopicResponse
+    response = R(version=version, throttle_time_ms=0, topics=[T(name="t", partitions=[
+        T.ListOffsetsPartitionResponse(partition_index=0, error_code=0, timestamp=-1,
+                                       offset=offset, leader_epoch=epoch)])])
+    return R.decode(response.encode(), version=version)
+
+
+def test_list_offsets_gives_the_leader_epoch_of_each_offset():
+    client = Scripted(answer({"t": 0}, epoch=6), list_offsets_answer(42, 6))
+    epochs = {}
+    assert client.list_offsets({("t", 0): -1}, read_committed=False, epochs=epochs) == {
+        ("t", 0): (42, -1)}
+    assert epochs == {("t", 0): 6}
+
+
+def test_epoch_end_offsets_asks_the_leader_with_the_current_epoch():
+    client = Scripted(answer({"t": 0}, epoch=9, partitions=2),
+                      epoch_end_answer((0, 0, 4, 20), (1, 0, -1, -1)))
+    sent = []
+    send = client.send
+    client.send = lambda node, request, timeout_ms=None: (sent.append(request),
+                                                          send(node, request))[1]
+    assert client.epoch_end_offsets({("t", 0): 4, ("t", 1): 2}) == {("t", 0): (4, 20),
+                                                                    ("t", 1): (-1, -1)}
+    request = sent[-1]
+    assert request._min_version == 2       # v2+: with the current leader epoch
+    parts = {p.partition: (p.leader_epoch, p.current_leader_epoch)
+             for p in request.topics[0].partitions}
+    assert parts == {0: (4, 9), 1: (2, 9)}
+
+
+@pytest.mark.parametrize("code", [6, 74, 75], ids=["not-leader", "fenced", "unknown-epoch"])
+def test_epoch_end_offsets_retries_a_leader_change_with_new_metadata(code):
+    client = Scripted(answer({"t": 0}, epoch=3), epoch_end_answer((0, code, -1, -1)),
+                      answer({"t": 0}, epoch=4), epoch_end_answer((0, 0, 3, 17)))
+    retries = Retries(count=3, interval_ms=0, window_ms=0)
+    assert client.epoch_end_offsets({("t", 0): 3}, retries=retries) == {("t", 0): (3, 17)}
+    assert client.sent == 4
+
+
+def test_epoch_end_offsets_on_brokers_without_the_api_is_none():
+    import kafka.errors as Errors
+
+    client = Scripted(answer({"t": 0}),
+                      Errors.IncompatibleBrokerVersion("no OffsetForLeaderEpoch v2"))
+    assert client.epoch_end_offsets({("t", 0): 1}) is None
+
+
+def test_epoch_end_offsets_unauthorized_is_a_clear_error():
+    client = Scripted(answer({"t": 0}), epoch_end_answer((0, TOPIC_AUTHORIZATION_FAILED, -1, -1)))
+    with pytest.raises(TopicError, match="t-0"):
+        client.epoch_end_offsets({("t", 0): 1})

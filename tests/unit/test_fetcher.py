@@ -438,3 +438,41 @@ def test_a_broker_behind_the_leader_epoch_is_retried_until_it_caught_up():
     cluster.fetch = fetch
     assert read_offsets(cluster, OffsetRange("t", 0, 0, 4)) == [0, 1, 2, 3]
     assert answers[:2] == [[75], [75]] and answers[2] == [0]
+
+
+# --- truncation after an unclean leader election, seen by the executor (KIP-320) ---------------
+
+def truncated_log():
+    """Offsets 0-9 written in leader epoch 3; then an unclean election: the new leader's log
+    ended at 6 and it wrote offsets 6-14 in epoch 5 (other records than the old 6-9)."""
+    return FakeLog(batches=[v2_batch(values(6), 0, partition_leader_epoch=3),
+                            v2_batch(values(9, 6, prefix="new"), 6, partition_leader_epoch=5)])
+
+
+def test_records_of_a_newer_epoch_inside_a_planned_range_are_data_loss():
+    """The range [2, 10) was planned while the log was in epoch 3; the log now holds epoch-5
+    records from 6: the task fails naming the partition, the offsets and the cause (it used to
+    read the new records 6-9 as if they were the planned ones)."""
+    cluster = FakeCluster({TP: truncated_log()})
+    with pytest.raises(DataLossError) as info:
+        read_offsets(cluster, OffsetRange("t", 0, 2, 10, epoch=3))
+    message = str(info.value)
+    for part in ("t-0", "from offset 6", "epoch 5", "unclean leader election", "failOnDataLoss"):
+        assert part in message
+
+
+def test_fail_on_data_loss_false_ends_the_range_where_the_log_diverged():
+    cluster = FakeCluster({TP: truncated_log()})
+    assert read_offsets(cluster, OffsetRange("t", 0, 2, 10, epoch=3),
+                        fail_on_data_loss=False) == [2, 3, 4, 5]
+    # A range starting past the divergence reads nothing of the new records.
+    assert read_offsets(cluster, OffsetRange("t", 0, 7, 10, epoch=3),
+                        fail_on_data_loss=False) == []
+
+
+def test_ranges_planned_in_the_new_epoch_or_without_one_read_as_before():
+    cluster = FakeCluster({TP: truncated_log()})
+    assert read_offsets(cluster, OffsetRange("t", 0, 2, 12, epoch=5)) == list(range(2, 12))
+    assert read_offsets(cluster, OffsetRange("t", 0, 2, 12)) == list(range(2, 12))
+    # Records of the planned epoch and older only: nothing to report.
+    assert read_offsets(cluster, OffsetRange("t", 0, 0, 6, epoch=3)) == list(range(6))

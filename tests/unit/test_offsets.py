@@ -40,6 +40,20 @@ def test_json_offsets_with_special_values():
     assert got == [OffsetRange("t", 0, 12, 30), OffsetRange("t", 1, 10, 20)]
 
 
+def test_batch_ranges_carry_the_leader_epoch_of_their_end():
+    """A batch read's ranges carry the leader epoch listed with the latest offsets, for the
+    executors' truncation check; an end from JSON below the latest offset too, and none when
+    the latest offsets were never listed (no extra request for it)."""
+    fake = cluster()
+    fake.epochs.update({("t", 0): 4, ("t", 1): 7})
+    got = plan(fake, subscribe="t", startingOffsets="earliest",
+               endingOffsets=json.dumps({"t": {"0": -1, "1": 20}}))
+    assert [(r.partition, r.end, r.epoch) for r in got] == [(0, 30, 4), (1, 20, 7)]
+    got = plan(fake, subscribe="t", startingOffsets="earliest",
+               endingOffsets=json.dumps({"t": {"0": 25, "1": 20}}))
+    assert [r.epoch for r in got] == [-1, -1]
+
+
 def test_json_offsets_must_cover_every_partition():
     with pytest.raises(OptionError, match=r"startingOffsets.*missing: t-1.*-2 for earliest"):
         plan(subscribe="t", startingOffsets=json.dumps({"t": {"0": 12}}))

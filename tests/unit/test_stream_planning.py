@@ -1062,6 +1062,148 @@ def test_log_end_before_start_is_data_loss(caplog):
     assert reader.latestOffset(end, ReadAllAvailable()) == o(t={0: 25})
 
 
+# --- truncation after an unclean leader election (KIP-320) ------------------------------------------
+
+def unclean_election(cluster, tp, *, diverged_at, written):
+    """The partition's new leader was not in sync: its log ends at ``diverged_at``, it leads a
+    new epoch from there and has written ``written`` records since (other ones than the old
+    leader's at those offsets)."""
+    cluster.truncate(tp, diverged_at, new_epoch=cluster.epochs[tp] + 1,
+                     new_end=diverged_at + written)
+
+
+@pytest.mark.parametrize("written", [3, 40], ids=["log-ends-before", "log-grew-past"])
+def test_truncation_after_an_unclean_election_fails_naming_the_lost_offsets(written):
+    """The query read up to 30; the new leader's log ended at 20 and got ``written`` new
+    records: whether the log now ends before 30 or grew past it, offsets [20, 30) were lost and
+    the query says so, naming the cause and the option (it used to read on from 30, skipping
+    the new records at 20-29, or call it a recreated topic)."""
+    cluster = Cluster({T0: 30})
+    cluster.epochs[T0] = 4
+    spark = Spark(make_reader(cluster, FakeMember([T0]), startingOffsets="earliest"))
+    assert spark.trigger() == [("t", 0, 0, 30)]
+    unclean_election(cluster, T0, diverged_at=20, written=written)
+    with pytest.raises(DataLossError) as info:
+        spark.trigger()
+    message = str(info.value)
+    for part in ("t-0", "[20, 30)", "unclean leader election", "truncated", "failOnDataLoss"):
+        assert part in message
+    assert cluster.epoch_requests == [{T0: 4}]
+
+
+@pytest.mark.parametrize("written", [3, 40], ids=["log-ends-before", "log-grew-past"])
+def test_truncation_with_fail_on_data_loss_false_reads_every_new_record(written, caplog):
+    """failOnDataLoss=false: a warning, the batch ends the partition at the divergence (20),
+    and the next one reads the new leader's records from 20 on: none is skipped."""
+    cluster = Cluster({T0: 30, T1: 30})
+    cluster.epochs.update({T0: 4, T1: 7})
+    spark = Spark(make_reader(cluster, FakeMember([T0, T1]), startingOffsets="earliest",
+                              failOnDataLoss="false"))
+    spark.trigger()
+    unclean_election(cluster, T0, diverged_at=20, written=written)
+    cluster.set(T1, 35)                          # the other partition goes on as before
+    with caplog.at_level(logging.WARNING):
+        assert spark.trigger() == [("t", 1, 30, 35)]
+    assert decode_offsets(spark.start) == {T0: 20, T1: 35}
+    assert any("[20, 30)" in r.getMessage() and "Continuing from offset 20" in r.getMessage()
+               for r in caplog.records)
+    assert spark.trigger() == [("t", 0, 20, 20 + written)]
+    assert cluster.epoch_requests == [{T0: 4}]   # only the partition whose leader changed
+    cluster.set(T0, 20 + written + 5)
+    assert spark.trigger() == [("t", 0, 20 + written, 25 + written)]
+    assert cluster.epoch_requests == [{T0: 4}]   # no leader change since: nothing asked
+
+
+def test_truncation_is_found_when_a_fenced_member_adopts_the_partition_where_it_was(caplog):
+    """The group fenced the member while the partition's leaders changed (a broker outage does
+    both): the partition is dropped for a trigger and adopted again where the query was (30);
+    that offset is validated like a kept one, not taken as it is."""
+    cluster = Cluster({T0: 30})
+    cluster.epochs[T0] = 4
+    member = FakeMember([T0])
+    spark = Spark(make_reader(cluster, member, startingOffsets="earliest",
+                              failOnDataLoss="false"))
+    spark.trigger()
+    member.fence()
+    unclean_election(cluster, T0, diverged_at=20, written=40)
+    spark.trigger()                                # dropped for this trigger
+    assert T0 not in decode_offsets(spark.start)
+    with caplog.at_level(logging.WARNING):
+        spark.trigger()                            # adopted at 20, not at 30
+    assert decode_offsets(spark.start) == {T0: 20}
+    assert spark.trigger() == [("t", 0, 20, 60)]
+
+
+def test_a_clean_leader_change_is_validated_and_goes_on():
+    """A new leader with the whole log (a clean election): the position is validated with
+    one OffsetsForLeaderEpoch and reading goes on where it was."""
+    cluster = Cluster({T0: 30})
+    cluster.epochs[T0] = 4
+    spark = Spark(make_reader(cluster, FakeMember([T0]), startingOffsets="earliest"))
+    spark.trigger()
+    cluster.truncate(T0, 30, new_epoch=5, new_end=36)      # the log kept everything up to 30
+    assert spark.trigger() == [("t", 0, 30, 36)]
+    assert cluster.epoch_requests == [{T0: 4}]
+    assert spark.trigger() is None
+    assert cluster.epoch_requests == [{T0: 4}]
+
+
+def test_a_rate_limited_end_is_validated_with_the_epoch_listed_with_it():
+    """maxOffsetsPerTrigger: the end (10) is below the latest offset (30); a truncation at 25
+    is above it and loses nothing the query read; one at 5 is found."""
+    for diverged_at, lost in ((25, False), (5, True)):
+        cluster = Cluster({T0: 30})
+        cluster.epochs[T0] = 2
+        spark = Spark(make_reader(cluster, FakeMember([T0]), startingOffsets="earliest",
+                                  maxOffsetsPerTrigger="10"))
+        assert spark.trigger() == [("t", 0, 0, 10)]
+        unclean_election(cluster, T0, diverged_at=diverged_at, written=30)
+        if lost:
+            with pytest.raises(DataLossError, match=r"\[5, 10\)"):
+                spark.trigger()
+        else:
+            assert spark.trigger() == [("t", 0, 10, 20)]
+
+
+def test_planned_ranges_carry_the_leader_epoch_of_their_end():
+    """The executors check what they read against the epoch each range was planned in
+    (test_fetcher.py); a range re-planned by a new process (after a restart) has none."""
+    cluster = Cluster({T0: 30})
+    cluster.epochs[T0] = 6
+    reader = make_reader(cluster, FakeMember([T0]), startingOffsets="earliest")
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert [(r.start, r.end, r.epoch) for p in reader.partitions(start, end)
+            for r in p.ranges] == [(0, 30, 6)]
+    fresh = make_reader(cluster, FakeMember([T0]))
+    assert [r.epoch for p in fresh.partitions(start, end) for r in p.ranges] == [-1]
+
+
+def test_brokers_without_offsets_for_leader_epoch_skip_the_check():
+    """Brokers before Kafka 2.1 (no OffsetsForLeaderEpoch v2): asked once, then never again;
+    planning goes on as before."""
+    cluster = Cluster({T0: 30})
+    cluster.epochs[T0] = 1
+    cluster.epoch_api = False
+    spark = Spark(make_reader(cluster, FakeMember([T0]), startingOffsets="earliest"))
+    spark.trigger()
+    cluster.truncate(T0, 30, new_epoch=2, new_end=40)
+    assert spark.trigger() == [("t", 0, 30, 40)]
+    cluster.truncate(T0, 40, new_epoch=3, new_end=45)
+    assert spark.trigger() == [("t", 0, 40, 45)]
+    assert len(cluster.epoch_requests) == 1
+
+
+def test_without_leader_epochs_nothing_is_asked():
+    """Answers without epochs (-1): nothing to validate with."""
+    cluster = Cluster({T0: 30})
+    spark = Spark(make_reader(cluster, FakeMember([T0]), startingOffsets="earliest"))
+    spark.trigger()
+    cluster.set(T0, 40)
+    assert spark.trigger() == [("t", 0, 30, 40)]
+    assert cluster.epoch_requests == []
+
+
 def test_adopted_partition_committed_below_log_start(caplog):
     for fail in ("true", "false"):
         cluster = Cluster({T0: 10})
@@ -1208,6 +1350,22 @@ def test_available_now_asks_the_brokers_nothing_while_the_assignment_holds():
     # Each completed batch was still committed, and everything before leaving.
     assert [c[T0] for c in member.commits if T0 in c] == ends
     assert member.group == {T0: 30, T1: 5} and len(member.left) == 1
+
+
+def test_available_now_ranges_carry_the_epoch_listed_with_the_target():
+    """Triggers of an AvailableNow run that ask the brokers nothing still give the executors
+    the leader epoch to check their ranges against (the target's, listed when the run began)."""
+    cluster = Cluster({T0: 30})
+    cluster.epochs[T0] = 3
+    reader = make_reader(cluster, FakeMember([T0]), startingOffsets="earliest",
+                         maxOffsetsPerTrigger="10")
+    reader.prepareForTriggerAvailableNow()
+    start = reader.initialOffset()
+    epochs = []
+    while (end := reader.latestOffset(start, reader.getDefaultReadLimit())) != start:
+        epochs += [r.epoch for p in reader.partitions(start, end) for r in p.ranges]
+        start = end
+    assert epochs == [3, 3, 3]
 
 
 def test_available_now_asks_again_after_a_rebalance_then_goes_quiet():

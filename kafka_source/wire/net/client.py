@@ -43,7 +43,7 @@ from typing import Callable, Iterable, Mapping, TypeVar
 import kafka.errors as Errors
 from kafka.net.compat import KafkaNetClient
 from kafka.net.selector import NetworkSelector
-from kafka.protocol.consumer import ListOffsetsRequest
+from kafka.protocol.consumer import ListOffsetsRequest, OffsetForLeaderEpochRequest
 from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, MetadataRequest
 
 from ...config.client_config import TLS_SETTINGS, connection_settings, uses_tls
@@ -554,19 +554,25 @@ class BrokerClient:
     # --- offsets ---------------------------------------------------------------------------
 
     def list_offsets(self, targets: Mapping[TopicPartition, int], *, read_committed: bool,
-                     retries: Retries | None = None) -> dict[TopicPartition, tuple[int, int]]:
+                     retries: Retries | None = None,
+                     epochs: dict | None = None) -> dict[TopicPartition, tuple[int, int]]:
         """ListOffsets for each partition: target -2 earliest, -1 latest, else a timestamp (ms).
 
         Returns ``(offset, timestamp)``; offset is -1 when no record has a timestamp >= target.
         Retries retriable errors (no leader, a broker restarting) under ``retries`` (default:
         3 retries 1 s apart, at least the request timeout).
+
+        ``epochs``, if given, receives the leader epoch the leader gave with each offset
+        (ListOffsets v4+, Kafka 2.1+; -1 from older brokers): for latest, the leader's current
+        epoch; else the epoch of the record found. The pair is what truncation detection
+        validates later (:mod:`kafka_source.read.truncation`).
         """
         if retries is None:
             retries = Retries(window_ms=self.request_timeout_ms)
-        return retries.run(lambda: self._list_offsets_once(targets, read_committed),
+        return retries.run(lambda: self._list_offsets_once(targets, read_committed, epochs),
                            what="fetch offsets", where=self.bootstrap_servers)
 
-    def _list_offsets_once(self, targets, read_committed):
+    def _list_offsets_once(self, targets, read_committed, epochs=None):
         if not targets:
             return {}
         leaders = self.leaders(targets)
@@ -602,6 +608,73 @@ class BrokerClient:
                     offset = p.offset if response.version >= 1 else (
                         p.old_style_offsets[0] if p.old_style_offsets else -1)
                     result[(topic.name, p.partition_index)] = (offset, p.timestamp)
+                    if epochs is not None:
+                        epochs[(topic.name, p.partition_index)] = (
+                            p.leader_epoch if response.version >= 4 else -1)
+        return result
+
+    def epoch_end_offsets(self, epochs: Mapping[TopicPartition, int], *,
+                          retries: Retries | None = None
+                          ) -> dict[TopicPartition, tuple[int, int]] | None:
+        """OffsetsForLeaderEpoch (API 23, v2+: Kafka 2.1+), asked of each partition's current
+        leader: for leader epoch ``epochs[tp]``, ``(epoch, end_offset)`` -- the largest epoch
+        not above it that the leader's log has, and where that epoch ends in the leader's log
+        (the first offset of the next epoch; the log end for the current epoch). This is how
+        Kafka's consumers find where a log diverged from the one they read (KIP-320):
+        ``end_offset`` below a position read in that epoch means the log was truncated there.
+        ``(-1, -1)`` when the leader has no record of an epoch that old.
+
+        Each request carries the partition's current leader epoch from the newest metadata, so
+        a broker that is not the leader of that epoch answers FENCED_LEADER_EPOCH or
+        UNKNOWN_LEADER_EPOCH; those, NOT_LEADER_OR_FOLLOWER and no leader are retried under
+        ``retries``, the leaders looked up again each time. None when the brokers do not have
+        the API's version 2 (before Kafka 2.1): the caller then skips the validation.
+        """
+        if not epochs:
+            return {}
+        if retries is None:
+            retries = Retries(window_ms=self.request_timeout_ms)
+        try:
+            return retries.run(lambda: self._epoch_end_offsets_once(epochs),
+                               what="validate offsets (OffsetsForLeaderEpoch)",
+                               where=self.bootstrap_servers)
+        except (Errors.IncompatibleBrokerVersion, Errors.UnsupportedVersionError) as exc:
+            log.info("The brokers at '%s' do not support OffsetsForLeaderEpoch v2+ (Kafka "
+                     "2.1+): log truncation is not checked (%s)", self.bootstrap_servers, exc)
+            return None
+
+    def _epoch_end_offsets_once(self, epochs: Mapping[TopicPartition, int]):
+        leaders = self.leaders(epochs)
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp, leader in leaders.items():
+            by_leader.setdefault(leader, []).append(tp)
+        T = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
+        P = T.OffsetForLeaderPartition
+        result = {}
+        for leader, tps in by_leader.items():
+            topics: dict[str, list] = {}
+            for topic, partition in sorted(tps):
+                topics.setdefault(topic, []).append(P(
+                    partition=partition, leader_epoch=epochs[(topic, partition)],
+                    current_leader_epoch=self.view.epoch((topic, partition))))
+            request = OffsetForLeaderEpochRequest(
+                replica_id=-1, topics=[T(topic=t, partitions=ps) for t, ps in topics.items()],
+                min_version=2)
+            response = self.send(leader, request)
+            for topic in response.topics:
+                for p in topic.partitions:
+                    tp = (topic.topic, p.partition)
+                    if p.error_code != 0:
+                        err = error_for(p.error_code)
+                        if getattr(err, "retriable", False) or err in (
+                                Errors.NotLeaderForPartitionError,
+                                Errors.UnknownTopicOrPartitionError):
+                            raise RetriableBrokerError(f"OffsetsForLeaderEpoch of "
+                                                       f"{tp[0]}-{tp[1]}: {err.__name__}")
+                        raise TopicError(f"Could not validate the position in "
+                                         f"{tp[0]}-{tp[1]} (OffsetsForLeaderEpoch): "
+                                         f"{err.__name__}")
+                    result[tp] = (p.leader_epoch, p.end_offset)
         return result
 
     # --- fetch ---------------------------------------------------------------------------
