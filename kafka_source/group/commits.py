@@ -9,9 +9,12 @@ fix (raised).
 
 The mixin uses these of the member: ``group_id``, ``instance_id``, ``options``, ``manual``,
 ``request_timeout_ms``, ``generation``, ``_client`` (the planning thread's connection),
-``_node`` (the coordinator, None: look it up again), ``_coordinator()``, ``_backoff()``,
+``_node`` (the coordinator, None: look it up again), ``_lock``, ``_fatal``, ``retry_backoff_ms``,
 ``_reset()``, ``request_rejoin()``, ``_instance_fenced()``, and the commit state it initialises
-with :meth:`GroupCommits._init_commits`.
+with :meth:`GroupCommits._init_commits`. It also holds what the classic member
+(:mod:`~kafka_source.group.member`) and the consumer-protocol member
+(:mod:`~kafka_source.group.consumer_protocol`) do alike: finding the coordinator, backing off,
+raising a fatal error.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ log = logging.getLogger("kafka_source.group.member")
 COORDINATOR_MOVED = (Errors.NotCoordinatorError, Errors.CoordinatorNotAvailableError)
 RETRY = COORDINATOR_MOVED + (Errors.CoordinatorLoadInProgressError,
                              Errors.RebalanceInProgressError, Errors.UnstableOffsetCommitError)
+# The longest pause between two attempts at the coordinator.
+_MAX_BACKOFF_S = 1.0
 
 @dataclass
 class _PendingCommit:
@@ -52,6 +57,34 @@ class _RetriesExhausted(KafkaSourceError):
 
 class GroupCommits:
     """OffsetFetch and OffsetCommit for :class:`kafka_source.group.member.GroupMember`."""
+
+    # --- what both members (classic and consumer protocol) do alike -----------------------------
+
+    def _backoff(self, failures: int) -> None:
+        """Exponential backoff from ``kafka.retry.backoff.ms``, at most _MAX_BACKOFF_S."""
+        time.sleep(min(self.retry_backoff_ms / 1000 * 2 ** min(failures - 1, 6), _MAX_BACKOFF_S))
+
+    def _coordinator(self):
+        if self._node is None:
+            try:
+                self._node = self._client.find_coordinator(self.group_id)
+            except Errors.GroupAuthorizationFailedError:
+                raise KafkaSourceError(f"Not authorized to use consumer group '{self.group_id}' "
+                                       "(option 'kafka.group.id'): grant DESCRIBE and READ on "
+                                       "the group.") from None
+        return self._node
+
+    def _static_note(self) -> str:
+        return "" if self.instance_id is None else f", instance '{self.instance_id}'"
+
+    def _raise_fatal(self) -> None:
+        """Raise the error no retry can fix that the member ran into, if any: it stays fatal."""
+        with self._lock:
+            fatal = self._fatal
+        if fatal is not None:
+            raise fatal
+
+    # --- offsets ---------------------------------------------------------------------------------
 
     def _init_commits(self) -> None:
         self._pending_commit: _PendingCommit | None = None   # sent by commit_async

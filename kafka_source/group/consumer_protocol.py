@@ -71,7 +71,6 @@ _JOIN_EPOCH = 0
 _LEAVE_EPOCH = -1
 _LEAVE_STATIC_EPOCH = -2
 _LEAVE_TIMEOUT_MS = 5_000
-_MAX_BACKOFF_S = 1.0
 _DEFAULT_INTERVAL_MS = 5_000
 # Errors after which the heartbeat (or join) is simply sent again.
 _RETRY = COORDINATOR_MOVED + (Errors.CoordinatorLoadInProgressError,)
@@ -198,12 +197,6 @@ class ConsumerProtocolMember(GroupCommits):
                 log.warning("Group '%s': member '%s' lost epoch %d (%s); it rejoins with epoch 0, "
                             "and the partitions it gets are adopted again from the group's "
                             "committed offsets", self.group_id, self.member_id, old, reason)
-
-    def _raise_fatal(self) -> None:
-        with self._lock:
-            fatal = self._fatal
-        if fatal is not None:
-            raise fatal
 
     def _set_fatal(self, error: Exception) -> Exception:
         with self._lock:
@@ -464,22 +457,6 @@ class ConsumerProtocolMember(GroupCommits):
         raise self._set_fatal(KafkaSourceError(
             f"{what} for consumer group '{self.group_id}' failed: {err.__name__} "
             f"({message or getattr(err, 'description', '')})."))
-
-    def _backoff(self, failures: int) -> None:
-        time.sleep(min(self.retry_backoff_ms / 1000 * 2 ** min(failures - 1, 6), _MAX_BACKOFF_S))
-
-    def _coordinator(self):
-        if self._node is None:
-            try:
-                self._node = self._client.find_coordinator(self.group_id)
-            except Errors.GroupAuthorizationFailedError:
-                raise KafkaSourceError(f"Not authorized to use consumer group '{self.group_id}' "
-                                       "(option 'kafka.group.id'): grant DESCRIBE and READ on "
-                                       "the group.") from None
-        return self._node
-
-    def _static_note(self) -> str:
-        return "" if self.instance_id is None else f", instance '{self.instance_id}'"
 
     # --- heartbeats (called from the heartbeat thread) ----------------------------------------
 

@@ -83,7 +83,6 @@ _LEAVE_TIMEOUT_MS = 5_000
 
 PROTOCOL_TYPE = "consumer"
 _NO_GENERATION = -1
-_MAX_BACKOFF_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -202,12 +201,6 @@ class GroupMember(GroupCommits):
                             "the partitions it gets are adopted again from the group's "
                             "committed offsets", self.group_id, old.member_id or "-",
                             old.generation_id, reason)
-
-    def _raise_fatal(self) -> None:
-        with self._lock:
-            fatal = self._fatal
-        if fatal is not None:
-            raise fatal
 
     # --- membership ---------------------------------------------------------------------------
 
@@ -424,24 +417,7 @@ class GroupMember(GroupCommits):
             raise KafkaSourceError(f"{what} for consumer group '{self.group_id}' failed: "
                                    f"{err.__name__} ({getattr(err, 'description', '')}).")
 
-    def _backoff(self, failures: int) -> None:
-        """Exponential backoff from ``kafka.retry.backoff.ms``, at most _MAX_BACKOFF_S."""
-        time.sleep(min(self.retry_backoff_ms / 1000 * 2 ** min(failures - 1, 6), _MAX_BACKOFF_S))
-
-    def _coordinator(self):
-        if self._node is None:
-            try:
-                self._node = self._client.find_coordinator(self.group_id)
-            except Errors.GroupAuthorizationFailedError:
-                raise KafkaSourceError(f"Not authorized to use consumer group '{self.group_id}' "
-                                       "(option 'kafka.group.id'): grant DESCRIBE and READ on "
-                                       "the group.") from None
-        return self._node
-
     # --- static membership --------------------------------------------------------------------
-
-    def _static_note(self) -> str:
-        return "" if self.instance_id is None else f", instance '{self.instance_id}'"
 
     def _instance_fenced(self, what: str) -> OptionError:
         """The error of a static member whose instance id another member joined with: the
