@@ -572,13 +572,17 @@ class BrokerClient:
         return retries.run(lambda: self._list_offsets_once(targets, read_committed, epochs),
                            what="fetch offsets", where=self.bootstrap_servers)
 
+    def _by_leader(self, tps: Iterable[TopicPartition]) -> dict[int, list[TopicPartition]]:
+        """``tps`` grouped by their current leader (:meth:`leaders`): one request per leader."""
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp, leader in self.leaders(tps).items():
+            by_leader.setdefault(leader, []).append(tp)
+        return by_leader
+
     def _list_offsets_once(self, targets, read_committed, epochs=None):
         if not targets:
             return {}
-        leaders = self.leaders(targets)
-        by_leader: dict[int, list[TopicPartition]] = {}
-        for tp, leader in leaders.items():
-            by_leader.setdefault(leader, []).append(tp)
+        by_leader = self._by_leader(targets)
         LT = ListOffsetsRequest.ListOffsetsTopic
         LP = LT.ListOffsetsPartition
         result = {}
@@ -644,10 +648,7 @@ class BrokerClient:
             return None
 
     def _epoch_end_offsets_once(self, epochs: Mapping[TopicPartition, int]):
-        leaders = self.leaders(epochs)
-        by_leader: dict[int, list[TopicPartition]] = {}
-        for tp, leader in leaders.items():
-            by_leader.setdefault(leader, []).append(tp)
+        by_leader = self._by_leader(epochs)
         T = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
         P = T.OffsetForLeaderPartition
         result = {}
