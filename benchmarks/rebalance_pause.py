@@ -120,39 +120,6 @@ class _Producer(threading.Thread):
         self.producer.close(10)
 
 
-class _CommitWatcher(threading.Thread):
-    """Reads the group's committed offsets every 100 ms; counts any that moved backwards."""
-
-    def __init__(self, bootstrap, group, topic):
-        super().__init__(daemon=True)
-        self.bootstrap, self.group, self.topic = bootstrap, group, topic
-        self.last: dict[int, int] = {}
-        self.backwards: list[tuple[int, int, int]] = []
-        self.reads = 0
-        self.stop_event = threading.Event()
-
-    def run(self):
-        from kafka import KafkaAdminClient
-
-        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
-        try:
-            while not self.stop_event.wait(0.1):
-                try:
-                    offsets = admin.list_group_offsets(self.group).get(self.group, {})
-                except Exception:  # noqa: BLE001 - a coordinator busy with the rebalance
-                    continue
-                self.reads += 1
-                for tp, om in offsets.items():
-                    if tp.topic != self.topic or om.offset < 0:
-                        continue
-                    before = self.last.get(tp.partition)
-                    if before is not None and om.offset < before:
-                        self.backwards.append((tp.partition, before, om.offset))
-                    self.last[tp.partition] = max(om.offset, before or 0)
-        finally:
-            admin.close()
-
-
 def _group_state(bootstrap, group):
     from kafka_source.group.assignors import Assignment
     from kafka_source.wire.net.client import BrokerClient, RetriableBrokerError
@@ -182,6 +149,7 @@ def _wait(predicate, timeout_s, what):
 
 def one_run(spark, bootstrap, assignor, settle_s):
     from kafka_source.testing import create_topic, unique_topic_name
+    from tests.cluster.scenario import CommitWatch
     from tests.integration.java_consumer import JavaConsumer
 
     topic = unique_topic_name(f"pause-{assignor}")
@@ -190,7 +158,7 @@ def one_run(spark, bootstrap, assignor, settle_s):
     work = tempfile.mkdtemp(prefix="pykafka-pause-")
     out = os.path.join(work, "out")
     producer = _Producer(bootstrap, topic)
-    watcher = _CommitWatcher(bootstrap, group, topic)
+    watcher = CommitWatch(bootstrap, group, topic, interval_s=0.1)
     producer.start()
     options = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "kafka.group.id": group,
                "assignor": assignor, "startingOffsets": "earliest",
@@ -250,8 +218,7 @@ def one_run(spark, bootstrap, assignor, settle_s):
             java.close()
         producer.stop_event.set()
         query.stop()
-        watcher.stop_event.set()
-    watcher.join(10)
+        watcher.stop()
     expected = {f"p{p}-{n}" for p, c in sent.items() for n in range(c)}
     got = set(query_values) | set(java_values)
     return {
@@ -261,7 +228,7 @@ def one_run(spark, bootstrap, assignor, settle_s):
         "read_twice_by_query": len(query_values) - len(set(query_values)),
         "read_by_both": len(set(query_values) & set(java_values)),
         "committed_backwards": len(watcher.backwards),
-        "commit_reads": watcher.reads,
+        "commit_reads": watcher.polls,
         "kept_partitions": kept,
         "join_to_split_s": round(t_split - t_join, 2),
         "kept_pause_at_join_s": round(_stall(points, kept, t_join, t_split + 1.0), 2),

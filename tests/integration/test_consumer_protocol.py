@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import os
 import subprocess
-import threading
 import time
 
 import pytest
 
 from kafka_source import describe_group
 from kafka_source.testing import create_topic, unique_topic_name
-from kafka_source.wire.net.client import BrokerClient, RetriableBrokerError
+from kafka_source.wire.net.client import RetriableBrokerError
 
+from cluster.scenario import CommitWatch  # tests/ is on sys.path (rootdir of both packages)
 from .java_consumer import JavaConsumer, kafka_home
 from .test_stream import expected_rows, produce_counts, sink_rows, start_stream, wait_until
 
@@ -38,40 +38,11 @@ def consumer_options(bootstrap, topic, group, **extra):
             "startingOffsets": "earliest", **{k: str(v) for k, v in extra.items()}}
 
 
-class CommitWatcher:
-    """Samples the group's committed offsets every 100 ms in a thread; records every offset a
-    partition ever went back to."""
-
-    def __init__(self, bootstrap, group, topic):
-        self.bootstrap, self.group, self.topic = bootstrap, group, topic
-        self.latest: dict[int, int] = {}
-        self.backwards: list[tuple[int, int, int]] = []    # partition, before, after
-        self.samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self):
-        with BrokerClient({"bootstrap_servers": self.bootstrap}) as client:
-            node = None
-            while not self._stop.wait(0.1):
-                try:
-                    node = node or client.find_coordinator(self.group)
-                    _, offsets = client.group_offsets(node, self.group, require_stable=False)
-                except RetriableBrokerError:
-                    node = None
-                    continue
-                self.samples += 1
-                for (topic, p), (offset, _) in offsets.items():
-                    if topic != self.topic:
-                        continue
-                    if offset < self.latest.get(p, -1):
-                        self.backwards.append((p, self.latest[p], offset))
-                    self.latest[p] = offset
-
-    def close(self):
-        self._stop.set()
-        self._thread.join(10)
+def start_commit_watch(bootstrap, group, topic):
+    """The cluster scenarios' watcher of the group's committed offsets, sampling every 100 ms."""
+    watch = CommitWatch(bootstrap, group, topic, interval_s=0.1)
+    watch.start()
+    return watch
 
 
 def kafka_consumer_groups(kafka_broker, bootstrap, group, topic):
@@ -103,7 +74,7 @@ def test_a_query_alone_reads_once_and_commits(spark, bootstrap_servers, kafka_br
     counts = {p: 10 for p in range(3)}
     produce_counts(bootstrap_servers, topic, counts)
     out = str(tmp_path / "out")
-    watcher = CommitWatcher(bootstrap_servers, group, topic)
+    watcher = start_commit_watch(bootstrap_servers, group, topic)
     query = start_stream(spark, consumer_options(bootstrap_servers, topic, group,
                                                  **{"kafka.group.remote.assignor": "range"}),
                          str(tmp_path / "ck"), out)
@@ -127,11 +98,11 @@ def test_a_query_alone_reads_once_and_commits(spark, bootstrap_servers, kafka_br
                 for p in describe_group(bootstrap_servers, group, [topic]).partitions}
     finally:
         query.stop()
-        watcher.close()
+        watcher.stop()
     print(f"\nconsumer protocol, query alone: {len(sink_rows(spark, out))} records read, 60 "
-          f"expected, each once; {watcher.samples} samples of the group's commits, "
+          f"expected, each once; {watcher.polls} samples of the group's commits, "
           f"{len(watcher.backwards)} moved backwards")
-    assert watcher.samples > 0 and watcher.backwards == []
+    assert watcher.polls > 0 and watcher.backwards == []
     # The query left the group when it stopped (epoch -1): no member is left.
     status = wait_until(lambda: (lambda s: s if s is not None and not s.members else None)(
         status_now(bootstrap_servers, group)), 30, "the query to leave the group")
@@ -150,14 +121,14 @@ def test_a_query_and_a_java_consumer_share_a_group_with_the_consumer_protocol(
     out = str(tmp_path / "out")
     first = {p: 10 for p in range(4)}
     produce_counts(bootstrap_servers, topic, first)
-    watcher = CommitWatcher(bootstrap_servers, group, topic)
+    watcher = start_commit_watch(bootstrap_servers, group, topic)
     query = start_stream(spark, consumer_options(bootstrap_servers, topic, group),
                          str(tmp_path / "ck"), out)
     java = None
     try:
         # The query alone: all four partitions, the first 40 records read and committed.
         wait_until(lambda: len(sink_rows(spark, out)) >= 40, 90, "the query's first 40 records")
-        wait_until(lambda: watcher.latest == {p: 10 for p in range(4)}, 60,
+        wait_until(lambda: watcher.last == {p: 10 for p in range(4)}, 60,
                    "the query's commits of the first 40 records")
         java = JavaConsumer(bootstrap_servers, topic, group,
                             **{"group.protocol": "consumer"})
@@ -186,7 +157,7 @@ def test_a_query_and_a_java_consumer_share_a_group_with_the_consumer_protocol(
         assert all(offset >= 10 for _, offset, _ in java_rows)
         assert sorted(query_rows + java_rows) == expected_rows({p: 20 for p in range(4)})
         assert query.isActive and query.exception() is None
-        wait_until(lambda: watcher.latest == {p: 20 for p in range(4)}, 60,
+        wait_until(lambda: watcher.last == {p: 20 for p in range(4)}, 60,
                    "both members' commits of all 80 records")
         print(f"\nconsumer protocol, query and Java consumer: {len(query_rows)} records read by "
               f"the query, {len(java_rows)} by the Java consumer (partitions {java_parts}), 80 "
@@ -195,10 +166,10 @@ def test_a_query_and_a_java_consumer_share_a_group_with_the_consumer_protocol(
         query.stop()
         if java is not None:
             java.close()
-        watcher.close()
-    print(f"{watcher.samples} samples of the group's commits, {len(watcher.backwards)} moved "
+        watcher.stop()
+    print(f"{watcher.polls} samples of the group's commits, {len(watcher.backwards)} moved "
           f"backwards")
-    assert watcher.samples > 0 and watcher.backwards == []
+    assert watcher.polls > 0 and watcher.backwards == []
 
 
 def test_the_consumer_protocol_on_a_broker_without_it_is_a_clear_error(
