@@ -30,6 +30,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaError
 
 #: Stream group timeouts: Kafka's session default before 3.0 (10 s), heartbeats every second.
 #: Shorter sessions (6 s) got the member dropped by its coordinator during broker failures when
@@ -168,10 +169,26 @@ def check_acknowledged(figures: Figures, what: str, acked, truth: dict) -> None:
 # Kafka, seen with plain kafka-python clients
 # --------------------------------------------------------------------------------------------
 
+def _retrying(what: str, call, timeout_s: float = 60):
+    """``call()``, again after a retriable kafka-python error until ``timeout_s``. kafka-python
+    3.x raises a refused connection to a node its metadata still names (a broker a scenario has
+    just killed) out of ``position``/``poll``/``end_offsets`` instead of trying another node; the
+    scenarios' ground truth must not fail on that."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call()
+        except KafkaError as e:
+            if not getattr(e, "retriable", False) or time.monotonic() > deadline:
+                raise AssertionError(f"{what}: {e!r} (retried for {timeout_s} s)") from e
+            time.sleep(0.5)
+
+
 def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
     try:
-        ends = consumer.end_offsets([TopicPartition(topic, p) for p in range(partitions)])
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        ends = _retrying(f"end offsets of {topic}", lambda: consumer.end_offsets(tps))
         return {tp.partition: o for tp, o in ends.items()}
     finally:
         consumer.close()
@@ -188,14 +205,20 @@ def read_topic(bootstrap: str, topic: str, partitions: int,
         consumer.assign(tps)
         consumer.seek_to_beginning(*tps)
         if ends is None:
-            ends = {tp.partition: o for tp, o in consumer.end_offsets(tps).items()}
+            ends = {tp.partition: o for tp, o in
+                    _retrying(f"end offsets of {topic}", lambda: consumer.end_offsets(tps)).items()}
         out = {}
         deadline = time.monotonic() + timeout_s
-        while any(consumer.position(tp) < ends[tp.partition] for tp in tps):
+
+        def behind() -> bool:
+            return any(consumer.position(tp) < ends[tp.partition] for tp in tps)
+
+        while _retrying(f"positions in {topic}", behind):
             if time.monotonic() > deadline:
                 raise AssertionError(f"could not read {topic} up to {ends} in {timeout_s} s "
                                      f"(got {len(out)} records)")
-            for batch in consumer.poll(timeout_ms=500).values():
+            polled = _retrying(f"poll of {topic}", lambda: consumer.poll(timeout_ms=500))
+            for batch in polled.values():
                 for m in batch:
                     if m.offset < ends[m.partition]:
                         out[(m.partition, m.offset)] = m.value.decode()
