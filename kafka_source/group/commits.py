@@ -15,13 +15,21 @@ with :meth:`GroupCommits._init_commits`. It also holds what the classic member
 (:mod:`~kafka_source.group.member`) and the consumer-protocol member
 (:mod:`~kafka_source.group.consumer_protocol`) do alike: finding the coordinator, backing off,
 raising a fatal error.
+
+Leader epochs (KIP-320). A commit carries, per partition, the leader epoch the committed offset
+was read in when the caller knows it (OffsetCommit v6+, Kafka 2.1+; -1 otherwise), and
+:meth:`GroupCommits.committed_positions` returns it with the offset (OffsetFetch v5+). Kafka's
+Java consumer does the same: whoever resumes from a committed offset -- this query after a
+restart, another member after a rebalance -- can then ask the current leader whether the log
+still holds that offset in that epoch, and so notice a truncation (an unclean leader election)
+that happened while nobody was reading (:mod:`kafka_source.read.truncation`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
 import kafka.errors as Errors
@@ -49,6 +57,7 @@ class _PendingCommit:
     on_done: Callable[[bool], None]
     sent_at: float = 0.0               # time.monotonic()
     error: str = ""
+    epochs: dict = field(default_factory=dict)   # leader epoch per partition (KIP-320)
 
 
 class _RetriesExhausted(KafkaSourceError):
@@ -124,6 +133,14 @@ class GroupCommits:
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         """The group's committed offset of each partition (None where there is none)."""
+        return {tp: None if position is None else position[0]
+                for tp, position in self.committed_positions(partitions).items()}
+
+    def committed_positions(self, partitions: Iterable[TopicPartition]
+                            ) -> dict[TopicPartition, tuple[int, int] | None]:
+        """The group's committed (offset, leader epoch) of each partition (None where there is
+        none; the epoch is -1 when the committer gave none or the broker predates OffsetFetch
+        v5)."""
         by_topic: dict[str, list[int]] = {}
         for topic, partition in sorted(set(partitions)):
             by_topic.setdefault(topic, []).append(partition)
@@ -172,7 +189,7 @@ class GroupCommits:
                 return None
             if not self._offset_error_ok(error_for(code), "OffsetFetch"):
                 return None
-            result: dict[TopicPartition, int | None] = {
+            result: dict[TopicPartition, tuple[int, int] | None] = {
                 (t, p): None for t, ps in by_topic.items() for p in ps}
             for topic in topics:
                 for p in topic.partitions:
@@ -182,24 +199,29 @@ class GroupCommits:
                     if not self._offset_error_ok(err, "OffsetFetch"):
                         return None
                     if p.committed_offset >= 0:
-                        result[(topic.name, p.partition_index)] = p.committed_offset
+                        epoch = getattr(p, "committed_leader_epoch", -1)   # v5+
+                        result[(topic.name, p.partition_index)] = (
+                            p.committed_offset, -1 if epoch is None else epoch)
             return result
 
         return self._with_coordinator("OffsetFetch", attempt)
 
-    def commit(self, offsets: Mapping[TopicPartition, int]) -> bool:
+    def commit(self, offsets: Mapping[TopicPartition, int],
+               epochs: Mapping[TopicPartition, int] | None = None) -> bool:
         """Commit ``offsets`` in this member's generation and wait; False if the member was
-        fenced (it then rejoins at the next :meth:`ensure_active`).
+        fenced (it then rejoins at the next :meth:`ensure_active`). ``epochs``: the leader
+        epoch of each offset, where known (module docstring).
 
         Only partitions this member owns may be committed (the caller filters). In manual
         assignment mode the commit is made outside any generation, as Kafka allows.
         """
         self.settle_commits()                 # commits apply in the order they were made
-        return self._commit_sync(offsets)
+        return self._commit_sync(offsets, epochs=epochs)
 
     def _commit_sync(self, offsets: Mapping[TopicPartition, int], *,
-                     budget_ms: int | None = None) -> bool:
-        if self._commit_request(offsets) is None:
+                     budget_ms: int | None = None,
+                     epochs: Mapping[TopicPartition, int] | None = None) -> bool:
+        if self._commit_request(offsets, epochs) is None:
             return not offsets
         fenced: list = []
         errors: list = []
@@ -207,7 +229,7 @@ class GroupCommits:
         def attempt(node):
             # Made anew each attempt: under the consumer protocol the member epoch it carries
             # may have changed since the last one (STALE_MEMBER_EPOCH).
-            request = self._commit_request(offsets)
+            request = self._commit_request(offsets, epochs)
             if request is None:               # the generation was lost meanwhile (and reset)
                 fenced.append(None)
                 return False
@@ -217,8 +239,10 @@ class GroupCommits:
         return self._commit_done(offsets, ok, fenced)
 
     def commit_async(self, offsets: Mapping[TopicPartition, int],
-                     on_done: Callable[[bool], None] | None = None) -> None:
-        """Send an OffsetCommit of ``offsets`` without waiting for the answer.
+                     on_done: Callable[[bool], None] | None = None,
+                     epochs: Mapping[TopicPartition, int] | None = None) -> None:
+        """Send an OffsetCommit of ``offsets`` (with the leader ``epochs`` where known) without
+        waiting for the answer.
 
         The stream reader commits a completed micro-batch at the start of the next trigger; the
         coordinator takes a few milliseconds to answer (Kafka 4's coordinator batches its
@@ -241,7 +265,7 @@ class GroupCommits:
         raise.
         """
         self.settle_commits()
-        request = self._commit_request(offsets)
+        request = self._commit_request(offsets, epochs)
         if request is None:
             if on_done is not None:
                 on_done(not offsets)
@@ -255,7 +279,8 @@ class GroupCommits:
             future, error = None, f"not sent: {exc}"
         self._pending_commit = _PendingCommit(dict(offsets), future,
                                               on_done or (lambda accepted: None),
-                                              sent_at=time.monotonic(), error=error)
+                                              sent_at=time.monotonic(), error=error,
+                                              epochs=dict(epochs or {}))
 
     def settle_commits(self, *, retry_ms: int | None = None) -> None:
         """Wait for the answer to a commit :meth:`commit_async` sent and apply it; the answer
@@ -306,7 +331,8 @@ class GroupCommits:
             return False
         # Before a rejoin or leaving: once more, synchronously, within retry_ms.
         try:
-            return self._commit_sync(pending.offsets, budget_ms=retry_ms)
+            return self._commit_sync(pending.offsets, budget_ms=retry_ms,
+                                     epochs=pending.epochs)
         except _RetriesExhausted as exc:
             self._commit_failed(pending.offsets, str(exc), final=True)
             return False
@@ -332,9 +358,11 @@ class GroupCommits:
             log.info("Group '%s': commit of %s failed again (%s)", self.group_id,
                      _describe_offsets(offsets), error)
 
-    def _commit_request(self, offsets: Mapping[TopicPartition, int]):
+    def _commit_request(self, offsets: Mapping[TopicPartition, int],
+                        epochs: Mapping[TopicPartition, int] | None = None):
         """The OffsetCommit request for ``offsets`` in this member's generation (None: nothing
-        to send, or no generation to send it in)."""
+        to send, or no generation to send it in). Each partition's leader epoch from
+        ``epochs`` (-1 where absent) is sent from v6 on; older versions drop it."""
         if not offsets:
             return None
         if self.manual:               # outside any generation (-1, no member id)
@@ -348,7 +376,8 @@ class GroupCommits:
         P = OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition
         for (topic, partition), offset in sorted(offsets.items()):
             by_topic.setdefault(topic, []).append(P(
-                partition_index=partition, committed_offset=offset, committed_leader_epoch=-1,
+                partition_index=partition, committed_offset=offset,
+                committed_leader_epoch=(epochs or {}).get((topic, partition), -1),
                 commit_timestamp=-1, committed_metadata=""))
         return OffsetCommitRequest(
             group_id=self.group_id, generation_id_or_member_epoch=generation_id,

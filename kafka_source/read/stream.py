@@ -303,13 +303,8 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         for tp, until in sorted(end_pos.items()):
             begin = start_pos.get(tp, until)   # not in start: adopted with an empty range
             if until > begin:
-                # The leader epoch of ``until`` if this process planned it (.truncation): the
-                # executors' check of the range against a truncated log.
-                mark = self._truncation.marks.get(tp)
-                target = self._target_listed.get(tp, (-1, -1))
-                epoch = mark[1] if mark is not None and mark[0] == until else (
-                    target[1] if until <= target[0] else -1)
-                ranges.append(OffsetRange(tp[0], tp[1], begin, until, epoch))
+                # The executors' check of the range against a truncated log (.truncation).
+                ranges.append(OffsetRange(tp[0], tp[1], begin, until, self._epoch_of(tp, until)))
         # Leaders as of this trigger's ListOffsets (no request of its own).
         leaders = getattr(self._client, "known_leaders", None) or {}
         return plan_input_partitions(ranges, self.options.source, parallelism=self.parallelism,
@@ -359,6 +354,18 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         owned = self.member.ensure_active(self._counts.keys(), self._counts)
         return sorted(tp for tp in owned if tp in existing)
 
+    def _epoch_of(self, tp: TopicPartition, offset: int) -> int:
+        """The leader epoch ``offset`` of ``tp`` lies in, as far as this process knows it (-1:
+        unknown): the epoch listed with it when it was planned or adopted here
+        (:mod:`.truncation`), else, under Trigger.AvailableNow, the one listed with the run's
+        target. What a planned range carries to the executors, and what a commit of the offset
+        carries to the group (KIP-320: whoever resumes from it can validate it)."""
+        mark = self._truncation.marks.get(tp)
+        if mark is not None and mark[0] == offset:
+            return mark[1]
+        target = self._target_listed.get(tp, (-1, -1))
+        return target[1] if 0 <= offset <= target[0] else -1
+
     def _commit_completed(self, completed: Offsets) -> None:
         """Commit offsets Spark has completed, for the partitions this member owns."""
         if not self.options.group.commit_offsets or not completed:
@@ -382,7 +389,8 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
                     if self._committed.get(tp) == off:
                         del self._committed[tp]
 
-        self.member.commit_async(todo, on_done)
+        epochs = {tp: self._epoch_of(tp, off) for tp, off in todo.items()}
+        self.member.commit_async(todo, on_done, epochs)
 
     def _group_floor(self, start: Offsets) -> Offsets:
         """The group's committed offsets that are ahead of a restored checkpoint's.
@@ -392,17 +400,24 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         checkpoint -- that is what makes its sink exactly-once -- but committing its older
         offsets would move the group's backwards (and make every member that takes the
         partitions later read them again). So a partition is committed again only once the
-        query has passed the group's offset."""
+        query has passed the group's offset.
+
+        A committed offset equal to the checkpoint's, with the leader epoch it was committed
+        with, is what the first trigger validates against the current leader: a truncation
+        while the query was down (:mod:`.truncation`) is found like one while it runs."""
         if not self.options.group.commit_offsets or not start:
             return {}
         try:
-            committed = self.member.committed(sorted(start))
+            positions = self.member.committed_positions(sorted(start))
         except KafkaSourceError as exc:       # reading must not wait for the coordinator
             log.warning("Group '%s': could not fetch its committed offsets at restart (%s); "
                         "committing the checkpoint's", self.options.group.group_id, exc)
             return {}
-        floor = {tp: off for tp, off in committed.items()
-                 if off is not None and off > start[tp]}
+        committed = {tp: pos[0] for tp, pos in positions.items() if pos is not None}
+        for tp, (offset, epoch) in sorted((tp, pos) for tp, pos in positions.items()
+                                          if pos is not None and pos[0] == start[tp]):
+            self._truncation.remember(tp, offset, epoch)
+        floor = {tp: off for tp, off in committed.items() if off > start[tp]}
         for (topic, partition), off in sorted(floor.items()):
             log.info("Group '%s' has committed %d for %s-%d, ahead of the checkpoint's %d: the "
                      "query reads from its checkpoint and commits the partition once past %d",
@@ -440,13 +455,13 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         if not partitions:
             return {}
         group = self.options.group
-        committed = self.member.committed(partitions)
+        positions = self.member.committed_positions(partitions)
         earliest = self._list(partitions, EARLIEST_TIMESTAMP)
         latest = self._list(partitions, LATEST_TIMESTAMP)
         result = {}
         fenced_at = self._fenced_at
         for tp in partitions:
-            offset = committed.get(tp)
+            offset, epoch = positions.get(tp) or (None, -1)
             if tp in fenced_at and (offset is None or offset < fenced_at[tp]):
                 # Dropped after fencing: nobody committed past where this query was (its commit
                 # of the last batch was refused, or never made): go on from there, neither
@@ -454,7 +469,11 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
                 offset = max(fenced_at[tp], earliest[tp])
                 how = "where the query was before it was fenced"
             elif offset is not None:
+                committed = offset
                 offset = check_start_for_data_loss(tp, offset, earliest[tp], self.options.source)
+                if offset == committed:
+                    # Validated at the next trigger if the leader changed since the commit.
+                    self._truncation.remember(tp, offset, epoch)
                 if offset > latest[tp] and not self._within_open_transactions(tp, offset):
                     self._data_loss(f"The committed offset {offset} of {tp[0]}-{tp[1]} in group "
                                     f"'{group.group_id}' is beyond the end of the log "

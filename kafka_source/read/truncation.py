@@ -49,11 +49,20 @@ target), and a record of a newer epoch below its end is the same truncation
 the driver's check at the next trigger that lists offsets moves the partition back to the
 divergence.
 
-Limits: the pairs live in the driver's planning process. After a restart from a checkpoint
-the first trigger has none for the checkpoint's offsets, so a truncation that happened while the
-query was down is found only as before (a log that ends before the position). An answer without
-an epoch (a broker before 2.1, or an epoch older than the leader still remembers: ``(-1, -1)``)
-skips the check for that partition; brokers without OffsetsForLeaderEpoch v2 skip it altogether.
+Across restarts: the pairs live in the driver's planning process, and they travel with the
+group's commits -- each committed offset carries the leader epoch it was paired with
+(OffsetCommit v6+, as Kafka's Java consumer commits; :mod:`kafka_source.group.commits`). A query
+restarted from its checkpoint pairs each checkpoint offset that equals the group's committed one
+with that epoch (:meth:`remember`), as does a member adopting a partition at its committed
+offset (committed by this query, another query, or a Java consumer), so a truncation that
+happened while nobody read is found at the first trigger like one while the query runs. Without
+such a commit (commits off, the group's offset elsewhere, a committer without epochs) a
+truncation while the query was down is found only as before: a log that ends before the
+position.
+
+Limits: an answer without an epoch (a broker before 2.1, or an epoch older than the leader still
+remembers: ``(-1, -1)``) skips the check for that partition; brokers without
+OffsetsForLeaderEpoch v2 skip it altogether.
 """
 
 from __future__ import annotations
@@ -89,6 +98,14 @@ class TruncationCheck:
                 self.marks[tp] = (end, epoch)
             else:
                 self.marks.pop(tp, None)
+
+    def remember(self, tp: TopicPartition, offset: int, epoch: int) -> None:
+        """Pair ``offset`` with ``epoch`` as if this process had planned it: a committed offset
+        of the group with the epoch its committer gave (OffsetCommit v6+), where the query
+        resumes -- after a restart from a checkpoint at that offset, or adopting a partition.
+        An offset without an epoch (-1: an older committer or broker) changes nothing."""
+        if epoch >= 0 and offset >= 0:
+            self.marks[tp] = (offset, epoch)
 
     def check(self, client: BrokerClient, start: Mapping[TopicPartition, int],
               listed: Mapping[TopicPartition, tuple[int, int]], *, fail_on_data_loss: bool,

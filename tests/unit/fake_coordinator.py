@@ -146,6 +146,7 @@ class Group:
     pending: dict = field(default_factory=dict)   # member id -> time (KIP-394)
     rebalance_deadline: float | None = None
     offsets: dict = field(default_factory=dict)   # (topic, partition) -> offset
+    epochs: dict = field(default_factory=dict)    # (topic, partition) -> committed leader epoch
     completed_rebalances: int = 0                 # generations that reached Stable
     static_members: dict = field(default_factory=dict)   # instance id -> member id
 
@@ -824,6 +825,8 @@ class FakeCoordinator:
                     c = UNKNOWN_TOPIC_OR_PARTITION
                 if c == NONE:
                     g.offsets[tp] = p.committed_offset
+                    # KIP-320: the leader epoch from v6 on (older versions carry none).
+                    g.epochs[tp] = p.committed_leader_epoch if version >= 6 else -1
                 results.append((tp[0], tp[1], c))
         if code == NONE and member_id in (g.members if g else {}):
             g.members[member_id].last_seen = self.clock()
@@ -833,6 +836,7 @@ class FakeCoordinator:
         group_id, requested = _fetch_request(wire, version)
         g = self.groups.get(group_id)
         offsets = dict(g.offsets) if g else {}
+        epochs = dict(g.epochs) if g else {}
         if requested is None:   # all topics
             by_topic: dict[str, list[int]] = {}
             for t, p in sorted(offsets):
@@ -845,7 +849,7 @@ class FakeCoordinator:
             for p in partitions:
                 code = errors.get((topic, p), NONE)
                 rows.append((topic, p, offsets.get((topic, p), -1) if code == NONE else -1,
-                             code))
+                             code, epochs.get((topic, p), -1) if code == NONE else -1))
         return _fetch_response(version, group_id, rows)
 
 
@@ -898,9 +902,10 @@ def _fetch_response(version: int, group_id: str, rows):
     else:
         T = OffsetFetchResponse.OffsetFetchResponseTopic
         P = T.OffsetFetchResponsePartition
-    for topic, partition, offset, code in rows:
+    for topic, partition, offset, code, *epoch in rows:   # epoch: OffsetFetch v5+
         by_topic.setdefault(topic, []).append(P(
-            partition_index=partition, committed_offset=offset, committed_leader_epoch=-1,
+            partition_index=partition, committed_offset=offset,
+            committed_leader_epoch=epoch[0] if epoch else -1,
             metadata="", error_code=code))
     topics = [T(name=t, partitions=ps) for t, ps in by_topic.items()]
     if version >= 8:

@@ -598,6 +598,33 @@ def test_commit_in_the_current_generation(fake, make_member):
     assert len(fake.sent(OFFSET_COMMIT)) == 1
 
 
+def test_commits_carry_leader_epochs_and_the_offsets_come_back_with_them(fake, make_member):
+    """KIP-320: each committed offset goes with the leader epoch the caller gives (OffsetCommit
+    v6+) and :meth:`committed_positions` returns it (OffsetFetch v5+); without one, -1."""
+    member = make_member(fake, "C0")
+    member.ensure_active(["t0"])
+    assert member.commit({("t0", 0): 10, ("t0", 1): 4}, {("t0", 0): 3})
+    request, = fake.sent(OFFSET_COMMIT)
+    assert request.version >= 6
+    assert {(t.name, p.partition_index): p.committed_leader_epoch
+            for t in request.topics for p in t.partitions} == {("t0", 0): 3, ("t0", 1): -1}
+    assert member.committed_positions([("t0", 0), ("t0", 1), ("t0", 2)]) == {
+        ("t0", 0): (10, 3), ("t0", 1): (4, -1), ("t0", 2): None}
+    assert member.committed([("t0", 0), ("t0", 2)]) == {("t0", 0): 10, ("t0", 2): None}
+    # An asynchronous commit keeps its epochs, also when it is made again (before a rejoin,
+    # on leaving) after its first attempt failed.
+    member.commit_async({("t0", 0): 12}, epochs={("t0", 0): 5})
+    member.settle_commits()
+    assert member.committed_positions([("t0", 0)]) == {("t0", 0): (12, 5)}
+    fake.commit_error = COORDINATOR_NOT_AVAILABLE
+    member.commit_async({("t0", 0): 14}, epochs={("t0", 0): 6})
+    time.sleep(0.1)
+    fake.commit_error = None
+    member.settle_commits(retry_ms=5_000)
+    assert member.committed_positions([("t0", 0)]) == {("t0", 0): (14, 6)}
+    assert len(fake.sent(OFFSET_COMMIT)) == 4
+
+
 def test_commit_before_joining_sends_nothing(fake, make_member):
     member = make_member(fake, "C0")
     assert member.commit({("t0", 0): 1}) is False

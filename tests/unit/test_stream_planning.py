@@ -63,7 +63,8 @@ class FakeMember:
 
     ``assign(...)`` scripts the assignment the next ``ensure_active`` (the next rejoin) returns;
     until then ``assignment`` is the old one, as with a rebalance the heartbeat thread noticed.
-    ``group`` holds the group's committed offsets (other members may commit there too).
+    ``group`` holds the group's committed offsets (other members may commit there too), and
+    ``epochs`` the leader epoch committed with each (KIP-320; absent: -1).
     """
 
     def __init__(self, assignment=(), committed=None):
@@ -71,6 +72,7 @@ class FakeMember:
         self.assignment: tuple = ()
         self.stable = False
         self.group: dict = dict(committed or {})
+        self.epochs: dict = {}
         self.commits: list[dict] = []
         self.committed_calls: list[list] = []
         self.ensure_calls: list = []
@@ -97,20 +99,27 @@ class FakeMember:
         return self.assignment
 
     def committed(self, tps):
+        return {tp: None if pos is None else pos[0]
+                for tp, pos in self.committed_positions(tps).items()}
+
+    def committed_positions(self, tps):
         tps = sorted(tps)
         self.committed_calls.append(tps)
-        return {tp: self.group.get(tp) for tp in tps}
+        return {tp: None if tp not in self.group else (self.group[tp], self.epochs.get(tp, -1))
+                for tp in tps}
 
-    def commit(self, offsets):
+    def commit(self, offsets, epochs=None):
         if self.refuse_commits:
             return False
         self.commits.append(dict(offsets))
         self.group.update(offsets)
+        for tp in offsets:
+            self.epochs[tp] = (epochs or {}).get(tp, -1)
         return True
 
-    def commit_async(self, offsets, on_done=None):
+    def commit_async(self, offsets, on_done=None, epochs=None):
         # Answered at once: GroupMember's own asynchrony is tested in test_group.py.
-        accepted = self.commit(offsets)
+        accepted = self.commit(offsets, epochs)
         if on_done is not None:
             on_done(accepted)
 
@@ -1132,6 +1141,90 @@ def test_truncation_is_found_when_a_fenced_member_adopts_the_partition_where_it_
         spark.trigger()                            # adopted at 20, not at 30
     assert decode_offsets(spark.start) == {T0: 20}
     assert spark.trigger() == [("t", 0, 20, 60)]
+
+
+def test_commits_carry_the_leader_epoch_of_the_committed_offset():
+    """Each committed offset goes to the group with the leader epoch it was planned in
+    (OffsetCommit v6+), as Kafka's Java consumer commits: whoever resumes from it can validate
+    it against the current leader."""
+    cluster = Cluster({T0: 30, T1: 10})
+    cluster.epochs.update({T0: 4, T1: 9})
+    member = FakeMember([T0, T1])
+    spark = Spark(make_reader(cluster, member, startingOffsets="earliest"))
+    spark.trigger()
+    cluster.set(T0, 35)
+    spark.trigger()
+    assert member.group == {T0: 30, T1: 10} and member.epochs == {T0: 4, T1: 9}
+    cluster.truncate(T0, 35, new_epoch=5, new_end=40)       # a clean leader change
+    spark.trigger()
+    assert member.group == {T0: 35, T1: 10} and member.epochs == {T0: 4, T1: 9}
+    spark.trigger()
+    assert member.group == {T0: 40, T1: 10} and member.epochs == {T0: 5, T1: 9}
+
+
+def _read_and_commit_then_stop(cluster, member, **options):
+    """A query reads t-0 to 30 in epoch 4 and commits it; returns its checkpoint's offsets."""
+    cluster.epochs[T0] = 4
+    spark = Spark(make_reader(cluster, member, startingOffsets="earliest", **options))
+    assert spark.trigger() == [("t", 0, 0, 30)]
+    spark.reader.commit(spark.start)
+    assert member.group == {T0: 30} and member.epochs == {T0: 4}
+    return spark.start
+
+
+@pytest.mark.parametrize("fail", ["true", "false"])
+def test_truncation_while_the_query_was_down_is_found_at_restart(fail, caplog):
+    """The query stopped at 30 (checkpoint and group commit agree, the commit with epoch 4);
+    while it was down an unclean election truncated the log at 20 and the new leader wrote 40
+    records. Restarted from its checkpoint, its first trigger validates 30 with the committed
+    epoch: the loss of [20, 30) is reported (failOnDataLoss true), or the partition goes on
+    from 20 (false) -- not from 30, which would skip the new records at 20-29 silently."""
+    cluster = Cluster({T0: 30})
+    member = FakeMember([T0])
+    checkpoint = _read_and_commit_then_stop(cluster, member, failOnDataLoss=fail)
+    unclean_election(cluster, T0, diverged_at=20, written=40)
+    restarted = Spark(make_reader(cluster, member, failOnDataLoss=fail), start=checkpoint)
+    if fail == "true":
+        with pytest.raises(DataLossError, match=r"t-0: offsets 20 to 29 \(\[20, 30\)\)"):
+            restarted.trigger()
+    else:
+        with caplog.at_level(logging.WARNING):
+            assert restarted.trigger() == []       # the partition's batch ends at 20
+        assert any("[20, 30)" in r.getMessage() for r in caplog.records)
+        assert decode_offsets(restarted.start) == {T0: 20}
+        assert restarted.trigger() == [("t", 0, 20, 60)]
+    assert cluster.epoch_requests == [{T0: 4}]
+
+
+def test_at_restart_an_offset_committed_without_an_epoch_is_not_validated():
+    """The same outage, but the group's commit carries no epoch (a committer before KIP-320):
+    nothing to ask the leader with, and the restart reads on from 30 as before -- the limit
+    the epochs in commits remove."""
+    cluster = Cluster({T0: 30})
+    member = FakeMember([T0])
+    checkpoint = _read_and_commit_then_stop(cluster, member)
+    member.epochs.clear()
+    unclean_election(cluster, T0, diverged_at=20, written=40)
+    restarted = Spark(make_reader(cluster, member), start=checkpoint)
+    assert restarted.trigger() == [("t", 0, 30, 60)]
+    assert cluster.epoch_requests == []
+
+
+def test_a_partition_adopted_at_a_committed_offset_is_validated_with_its_epoch():
+    """Another member (a Java consumer) committed 30 in epoch 4 and left; the log was
+    truncated at 20 since. The query starting from the group's offsets adopts 30 with that
+    epoch and finds the loss at its first trigger instead of reading on from 30."""
+    cluster = Cluster({T0: 30})
+    cluster.epochs[T0] = 4
+    member = FakeMember([T0], committed={T0: 30})
+    member.epochs[T0] = 4
+    unclean_election(cluster, T0, diverged_at=20, written=40)
+    spark = Spark(make_reader(cluster, member, **{"kafka.group.id": "g"}, failOnDataLoss="false"))
+    assert decode_offsets(spark.start) == {T0: 30}
+    spark.trigger()
+    assert decode_offsets(spark.start) == {T0: 20}
+    assert spark.trigger() == [("t", 0, 20, 60)]
+    assert cluster.epoch_requests == [{T0: 4}]
 
 
 def test_a_clean_leader_change_is_validated_and_goes_on():
