@@ -42,12 +42,16 @@ class JavaConsumer:
                  "heartbeat.interval.ms": str(max(100, session_timeout_ms // 5)),
                  "auto.commit.interval.ms": "200", "client.id": client_id,
                  **{k: str(v) for k, v in properties.items()}}
+        if not strategy:
+            # No assignors given: Java's defaults (RangeAssignor, CooperativeStickyAssignor), as
+            # a consumer configured with nothing has them; an empty list is not the default.
+            props.pop("partition.assignment.strategy")
         if props.get("group.protocol") == "consumer":
             # The consumer protocol (KIP-848): the brokers assign and keep the session; Java's
             # consumer refuses these settings with it.
             for key in ("partition.assignment.strategy", "session.timeout.ms",
                         "heartbeat.interval.ms"):
-                props.pop(key)
+                props.pop(key, None)
         args = [os.path.join(home, "bin", "kafka-console-consumer.sh"),
                 "--bootstrap-server", bootstrap, "--topic", topic, "--group", group,
                 "--from-beginning"]

@@ -6,8 +6,10 @@ brokers report for the group (``describe_group``, which describes it with Consum
 a query and Kafka's Java console consumer with ``group.protocol=consumer`` share a group -- the
 brokers split the partitions between them incrementally (the query gives up half of them, after
 committing) -- with nothing read twice or lost, and the group's committed offsets never moving
-backwards. On a broker without the protocol (Kafka 2.2) the query fails at start, naming the
-option and saying to use 'classic'.
+backwards; a query and Java's console consumer on the *classic* protocol share a group of the
+consumer protocol too (a mixed group, which Kafka 4.0 allows: the brokers assign for both), and
+when the classic member leaves the query gets every partition back. On a broker without the
+protocol (Kafka 2.2) the query fails at start, naming the option and saying to use 'classic'.
 """
 
 from __future__ import annotations
@@ -162,6 +164,139 @@ def test_a_query_and_a_java_consumer_share_a_group_with_the_consumer_protocol(
         print(f"\nconsumer protocol, query and Java consumer: {len(query_rows)} records read by "
               f"the query, {len(java_rows)} by the Java consumer (partitions {java_parts}), 80 "
               f"expected, each once")
+    finally:
+        query.stop()
+        if java is not None:
+            java.close()
+        watcher.stop()
+    print(f"{watcher.polls} samples of the group's commits, {len(watcher.backwards)} moved "
+          f"backwards")
+    assert watcher.polls > 0 and watcher.backwards == []
+
+
+CLASSIC_MEMBER, CONSUMER_MEMBER = 0, 1      # ConsumerGroupDescribe v1's MemberType (KIP-1099)
+
+
+def member_types(bootstrap, group) -> dict[str, int]:
+    """{client id: MemberType} of the group's members, from ConsumerGroupDescribe v1 sent
+    directly (``describe_group`` does not report it): which protocol each member speaks, as the
+    coordinator sees it."""
+    from kafka_source.config.client_config import client_config_from_options
+    from kafka_source.wire.net.client import BrokerClient
+    from kafka_source.wire.net.group_protocol import ConsumerGroupDescribeRequest
+
+    config = client_config_from_options({"kafka.bootstrap.servers": bootstrap})
+    with BrokerClient(config) as client:
+        response = client.send(client.find_coordinator(group), ConsumerGroupDescribeRequest(
+            group_ids=[group], include_authorized_operations=False, min_version=1))
+    (described,) = [g for g in response.groups if g.group_id == group]
+    return {m.client_id: m.member_type for m in described.members}
+
+
+def member_partitions(status, topic):
+    """{member id: sorted partitions of ``topic``} of a described group."""
+    return {m.member_id: sorted(p for t, p in m.partitions if t == topic)
+            for m in status.members}
+
+
+@pytest.mark.once      # a JVM consumer, two rebalances of a mixed group: about a minute
+@pytest.mark.skip_on_embedded(EMBEDDED)
+@pytest.mark.requires_broker((4, 0), KIP_848)
+def test_a_query_and_a_classic_java_consumer_share_a_consumer_protocol_group(
+        spark, bootstrap_servers, kafka_broker, tmp_path):
+    """A mixed group (KIP-848, "upgrade and downgrade"): Kafka 4.0 takes members of the classic
+    protocol (JoinGroup/SyncGroup/Heartbeat) into a group of the consumer protocol, and its
+    own assignor splits the partitions among both kinds. A classic member learns of a change
+    by rejoining (its heartbeat is answered REBALANCE_IN_PROGRESS), the query from its
+    ConsumerGroupHeartbeat answers; the partitions the brokers move from the query to the
+    Java consumer must reach it only after the query committed and gave them up, so that
+    nothing is read twice. When the classic member leaves (LeaveGroup), the brokers give its
+    partitions back to the query, which adopts them from the Java consumer's commits."""
+    kafka_home()
+    topic = unique_topic_name("cgp-mixed")
+    create_topic(bootstrap_servers, topic, partitions=4)
+    group = unique_topic_name("g-cgp-mixed")
+    out = str(tmp_path / "out")
+    counts = {p: 10 for p in range(4)}
+    produce_counts(bootstrap_servers, topic, counts)
+    watcher = start_commit_watch(bootstrap_servers, group, topic)
+    query = start_stream(spark, consumer_options(bootstrap_servers, topic, group),
+                         str(tmp_path / "ck"), out)
+    java = None
+    try:
+        # The query alone: all four partitions, the first 40 records read and committed.
+        wait_until(lambda: len(sink_rows(spark, out)) >= 40, 90, "the query's first 40 records")
+        wait_until(lambda: watcher.last == {p: 10 for p in range(4)}, 60,
+                   "the query's commits of the first 40 records")
+        # Java's classic consumer with its default assignors (range, cooperative-sticky).
+        java = JavaConsumer(bootstrap_servers, topic, group, **{"group.protocol": "classic"})
+        status = wait_until(
+            lambda: (lambda s: s if s is not None and len(s.members) == 2
+                     and sorted(len(m.partitions) for m in s.members) == [2, 2] else None)(
+                status_now(bootstrap_servers, group)),
+            90, f"two members with two partitions each ({java.stderr()})")
+        # Still a group of the consumer protocol, described by ConsumerGroupDescribe: the
+        # classic member joined it, it did not turn the group into a classic one.
+        assert status.protocol == "consumer", status
+        java_member = [m for m in status.members if m.client_id.startswith("java-consumer")]
+        assert len(java_member) == 1, status
+        java_parts = sorted(p for _, p in java_member[0].partitions)
+        types = member_types(bootstrap_servers, group)
+        assert types.get(java_member[0].client_id) == CLASSIC_MEMBER, types
+        assert sorted(types.values()) == [CLASSIC_MEMBER, CONSUMER_MEMBER], types
+        query_parts = sorted(set(range(4)) - set(java_parts))
+
+        produce_counts(bootstrap_servers, topic, counts, start={p: 10 for p in range(4)})
+        wait_until(lambda: len(java.values()) + len(sink_rows(spark, out)) >= 80, 90,
+                   f"all 80 records read by the two members ({java.stderr()})")
+        wait_until(lambda: watcher.last == {p: 20 for p in range(4)}, 60,
+                   "both members' commits of all 80 records")
+        time.sleep(1)                         # anything read twice would show up by now
+        query_rows = sink_rows(spark, out)
+        java_rows = [(int(v[1:v.index("-")]), int(v[v.index("-") + 1:]), v)
+                     for v in java.values()]
+        # The Java consumer started at the query's commits: it read only the second half of
+        # the partitions the brokers gave it, the query everything else.
+        assert sorted({p for p, _, _ in java_rows}) == java_parts
+        assert all(offset >= 10 for _, offset, _ in java_rows)
+        assert sorted({p for p, o, _ in query_rows if o >= 10}) == query_parts
+        assert sorted(query_rows + java_rows) == expected_rows({p: 20 for p in range(4)})
+        assert query.isActive and query.exception() is None
+        status = status_now(bootstrap_servers, group)
+        assert status is not None and sorted(
+            map(sorted, member_partitions(status, topic).values())) == sorted(
+            [java_parts, query_parts]), status
+        if kafka_broker.kind == "local-kafka":
+            # Kafka's own tool sees the same split and the same commits.
+            assert kafka_consumer_groups(kafka_broker, bootstrap_servers, group, topic) == {
+                p.partition: (str(p.committed), str(p.end), p.member_id)
+                for p in describe_group(bootstrap_servers, group, [topic]).partitions}
+        print(f"\nmixed group, consumer-protocol query and classic Java consumer: "
+              f"{len(query_rows)} records read by the query (partitions {query_parts} after "
+              f"the split), {len(java_rows)} by the Java consumer (partitions {java_parts}), "
+              f"80 expected, each once")
+
+        # The classic member leaves: the query gets all four partitions back.
+        java.close()
+        java = None
+        status = wait_until(
+            lambda: (lambda s: s if s is not None and len(s.members) == 1
+                     and member_partitions(s, topic) and list(member_partitions(s, topic)
+                                                              .values())[0] == [0, 1, 2, 3]
+                     else None)(status_now(bootstrap_servers, group)),
+            90, "the query alone with all four partitions again")
+        assert status.protocol == "consumer" and status.state == "Stable", status
+        produce_counts(bootstrap_servers, topic, counts, start={p: 20 for p in range(4)})
+        wait_until(lambda: len(sink_rows(spark, out)) >= len(query_rows) + 40, 90,
+                   "the query's 40 records after the Java consumer left")
+        wait_until(lambda: watcher.last == {p: 30 for p in range(4)}, 60,
+                   "the query's commits of all 120 records")
+        time.sleep(1)
+        final_rows = sink_rows(spark, out)
+        assert sorted(final_rows + java_rows) == expected_rows({p: 30 for p in range(4)})
+        assert query.isActive and query.exception() is None
+        print(f"after the Java consumer left: the query read {len(final_rows) - len(query_rows)} "
+              f"more records of all four partitions; 120 records in all, each read once")
     finally:
         query.stop()
         if java is not None:
