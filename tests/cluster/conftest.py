@@ -11,6 +11,11 @@ These tests are marked ``cluster`` and left out of the default run (``tests/conf
 ``pytest -m cluster`` runs them (``-m cluster -k kraft`` one generation), as does naming a file
 or folder under ``tests/cluster``.
 
+Scenarios parametrized with ``group_protocol`` run the stream in a group of the classic protocol
+(JoinGroup/SyncGroup, the default) and of the consumer protocol (KIP-848,
+``kafka.group.protocol=consumer``); the latter only on the ``kraft`` cluster: Kafka 2.2 has no
+consumer protocol, so that combination is skipped at collection, before any cluster starts.
+
 Every test gets ``figures`` (:class:`~.scenario.Figures`): what it injected and checked is
 printed as one line per scenario and generation at the end of the run. Each test is bounded by
 ``PYKAFKA_CLUSTER_TEST_TIMEOUT_S`` (default 420 s): past it the test's stacks are dumped and it
@@ -44,6 +49,22 @@ def distribution(generation: str) -> str | None:
     variable, default = HOMES[generation]
     home = os.environ.get(variable, "").strip() or (str(default) if default.is_dir() else "")
     return home or None
+
+
+#: Why the consumer-protocol variant of a scenario does not run on the ZooKeeper-mode cluster.
+NO_CONSUMER_PROTOCOL = ("Kafka 2.2 (the zookeeper cluster) has no consumer group protocol: "
+                        "KIP-848 (ConsumerGroupHeartbeat) came with Kafka 4.0, and a query with "
+                        "kafka.group.protocol=consumer fails at start there by design")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip the consumer-protocol variant on the ZooKeeper-mode cluster. A skip marker is
+    evaluated before the test's fixtures are set up, so that a run of only such variants does
+    not start (and stop) a Kafka 2.2 cluster for nothing."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if params.get("cluster") == ZOOKEEPER and params.get("group_protocol") == "consumer":
+            item.add_marker(pytest.mark.skip(reason=NO_CONSUMER_PROTOCOL))
 
 
 @pytest.fixture(scope="session", params=[KRAFT, ZOOKEEPER])
@@ -103,6 +124,10 @@ def figures(request, cluster, summary_lines):
     started = time.monotonic()
     yield fig
     name = request.node.originalname.removeprefix("test_").replace("_", "-")
+    protocol = getattr(getattr(request.node, "callspec", None), "params", {}).get("group_protocol")
+    if protocol is not None:
+        # Both variants of a scenario get a line of their own.
+        name += f" ({protocol} protocol)"
     summary_lines.append(fig.line(cluster.mode, name, _outcome(request.node),
                                   time.monotonic() - started))
 

@@ -18,6 +18,12 @@ run. The cluster's settings (``min.insync.replicas=2``, replication factor 3, a 
 noticed after ~6 s) are in :mod:`kafka_source.testing.cluster`; the stream's (10 s group
 sessions) in ``scenario.py``.
 
+Two scenarios also run with the stream in a group of the consumer protocol (KIP-848,
+``kafka.group.protocol=consumer``; parameter ``group_protocol``): the coordinator's crash and
+the rolling restart, the faults that move the group's coordinator, which in that protocol holds
+the member's epoch and assignment as well as its offsets. Only on Kafka 4.0: the ZooKeeper-mode
+variant is skipped (``conftest.py``).
+
 Two scenarios were strict xfails for connector bugs found here, until they were fixed: the
 frozen-planner one (a fenced member that nobody replaced went on where it was instead of at the
 group's older committed offset) and the sink-crash one (the producer never asked for new
@@ -34,15 +40,48 @@ import pytest
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
+from kafka_source import describe_group
 from kafka_source.testing.cluster import KRAFT
 
-from .scenario import (SESSION_MS, Run, batch_rows, check_reads, check_sink_values, end_offsets,
-                       read_topic, short, wait_until)
+from .scenario import (SESSION_MS, CommitWatch, Run, Stream, batch_rows, check_reads,
+                       check_sink_values, end_offsets, read_topic, short, stream_options,
+                       wait_until)
 
 pytestmark = pytest.mark.cluster
 
 #: How long a killed broker stays down when it comes back.
 DOWN_S = 15
+
+#: The scenarios that also run with the consumer group protocol (KIP-848); its variant on the
+#: ZooKeeper-mode cluster is skipped by conftest.py (Kafka 2.2 has no such protocol).
+GROUP_PROTOCOLS = pytest.mark.parametrize("group_protocol", ["classic", "consumer"])
+
+#: Settings of the classic protocol that a consumer-protocol query refuses (as Java's consumer
+#: does): its session timeout and heartbeat interval are the brokers'
+#: (group.consumer.session.timeout.ms and group.consumer.heartbeat.interval.ms, which the
+#: cluster leaves at Kafka 4.0's defaults, 45 s and 5 s).
+CLASSIC_ONLY = ("kafka.session.timeout.ms", "kafka.heartbeat.interval.ms")
+
+
+def start_stream(run: Run, group_protocol: str, **options) -> Stream:
+    """``run``'s stream in a group of ``group_protocol``. The classic one is
+    :meth:`Run.start_stream`'s; the consumer protocol's is the same stream (same topic, group,
+    sink, checkpoint, the same commit watch that ``run.finish()`` checks) without the classic
+    group's timeouts, which the query would refuse."""
+    if group_protocol == "classic":
+        return run.start_stream(**options)
+    opts = stream_options(run.bootstrap, run.topic, run.group, **options)
+    for key in CLASSIC_ONLY:
+        opts.pop(key)
+    opts["kafka.group.protocol"] = group_protocol
+    run.watch = CommitWatch(run.bootstrap, run.group, run.topic)
+    run.watch.start()
+    run.stream = Stream(run.spark, opts, run.tmp_path)
+    # The stream has made its first trigger, so it is a member: the brokers must describe the
+    # group as one of the consumer protocol (else this variant would test the classic one).
+    status = describe_group(run.bootstrap, run.group)
+    assert status.protocol == group_protocol and len(status.members) == 1, status
+    return run.stream
 
 
 def test_partition_leader_sigkilled_and_back(whole_cluster, spark, figures, tmp_path):
@@ -178,13 +217,18 @@ def test_controlled_shutdown_of_a_leader(whole_cluster, spark, figures, tmp_path
         run.finish()
 
 
-def test_rolling_restart_of_all_brokers(whole_cluster, spark, figures, tmp_path):
+@GROUP_PROTOCOLS
+def test_rolling_restart_of_all_brokers(whole_cluster, spark, figures, tmp_path,
+                                        group_protocol):
     """Every broker restarted in turn, as an upgrade does (each back in every ISR before the
-    next goes down), while the stream, batch reads and the sink run."""
+    next goes down), while the stream, batch reads and the sink run. Each restart moves the
+    leaders of the topic and of the group's offsets partition, so the group's coordinator moves
+    up to three times; with the consumer protocol the coordinator holds the member's epoch and
+    assignment too, which the next one loads from ``__consumer_offsets``."""
     c = whole_cluster
     with Run(c, spark, figures, tmp_path, "rolling") as run:
         run.start_feed()
-        run.start_stream()
+        start_stream(run, group_protocol)
         run.start_sink_loop()
         run.start_batch_loop()
         run.wait_until_busy()
@@ -194,13 +238,18 @@ def test_rolling_restart_of_all_brokers(whole_cluster, spark, figures, tmp_path)
         run.finish()
 
 
-def test_group_coordinator_sigkilled(whole_cluster, spark, figures, tmp_path):
+@GROUP_PROTOCOLS
+def test_group_coordinator_sigkilled(whole_cluster, spark, figures, tmp_path, group_protocol):
     """The broker coordinating the stream's group crashes; the group moves to another broker
-    (with its offsets partition) and back when the node returns."""
+    (with its offsets partition) and back when the node returns. With the consumer protocol
+    the member's heartbeats and its commits (OffsetCommit v9, with its epoch) go unanswered
+    until the new coordinator has loaded the group (its member, epoch and assignment included),
+    and the stream must go on from there reading every record once, its commits never moving
+    backwards."""
     c = whole_cluster
     with Run(c, spark, figures, tmp_path, "coordinator") as run:
         run.start_feed()
-        run.start_stream()
+        start_stream(run, group_protocol)
         run.wait_until_busy()
         coordinator = c.coordinator(run.group)
         c.kill(coordinator)
@@ -401,8 +450,6 @@ def test_unclean_leader_election_truncates_the_log(whole_cluster, spark, figures
     50-79 silently, and the second did not fail (unfrozen, a trigger that saw the log end at 50
     called the topic recreated)."""
     from kafka_source.testing import unique_topic_name
-
-    from .scenario import Stream, stream_options
 
     c = whole_cluster
     topic = unique_topic_name("unclean")
