@@ -124,10 +124,9 @@ def figures(request, cluster, summary_lines):
     started = time.monotonic()
     yield fig
     name = request.node.originalname.removeprefix("test_").replace("_", "-")
-    protocol = getattr(getattr(request.node, "callspec", None), "params", {}).get("group_protocol")
-    if protocol is not None:
-        # Both variants of a scenario get a line of their own.
-        name += f" ({protocol} protocol)"
+    params = getattr(getattr(request.node, "callspec", None), "params", {})
+    # Each variant of a scenario (group_protocol, streams_were, ...) gets a line of its own.
+    name += "".join(f" ({k}={v})" for k, v in sorted(params.items()) if k != "cluster")
     summary_lines.append(fig.line(cluster.mode, name, _outcome(request.node),
                                   time.monotonic() - started))
 

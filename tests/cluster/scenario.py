@@ -396,13 +396,21 @@ class Feed(threading.Thread):
                             f"{self.failed[:3]}")
 
 
-def stream_options(bootstrap: str, topic: str, group: str, **extra) -> dict[str, str]:
+def stream_options(bootstrap: str, topic: str, group: str, group_protocol: str = "classic",
+                   **extra) -> dict[str, str]:
+    """The scenarios' stream options. ``group_protocol="consumer"`` (KIP-848): without the
+    classic group's session timeout and heartbeat interval, which such a query refuses (as
+    Java's consumer does): the brokers' own apply (group.consumer.session.timeout.ms and
+    group.consumer.heartbeat.interval.ms, Kafka 4.0's defaults of 45 s and 5 s)."""
     opts = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "kafka.group.id": group,
             "startingOffsets": "earliest", "maxOffsetsPerTrigger": "300",
-            "kafka.session.timeout.ms": str(SESSION_MS),
-            "kafka.heartbeat.interval.ms": str(HEARTBEAT_MS),
             "kafka.max.poll.interval.ms": str(5 * SESSION_MS),
             "fetchOffset.retryIntervalMs": "500"}
+    if group_protocol == "classic":
+        opts.update({"kafka.session.timeout.ms": str(SESSION_MS),
+                     "kafka.heartbeat.interval.ms": str(HEARTBEAT_MS)})
+    else:
+        opts["kafka.group.protocol"] = group_protocol
     opts.update({k: str(v) for k, v in extra.items()})
     return opts
 
@@ -417,7 +425,10 @@ class Stream:
     START_ATTEMPTS = 3
 
     def __init__(self, spark, options: dict, tmp_path, trigger: str = "500 milliseconds",
-                 transform=None):
+                 transform=None, *, may_fail_at_start: bool = False):
+        """Started (again, from its checkpoint, with the same ``tmp_path``) and waited for until
+        its first trigger completed; ``may_fail_at_start``: only started -- a stream whose first
+        trigger is expected to fail (:meth:`failure` reports it)."""
         self.spark = spark
         self.options = options
         self.trigger = trigger
@@ -426,6 +437,9 @@ class Stream:
         self.out = str(tmp_path / "stream-out")
         self.checkpoint = str(tmp_path / "stream-ck")
         self.restarts = 0
+        if may_fail_at_start:
+            self.query = self._start()
+            return
         for attempt in range(self.START_ATTEMPTS):
             self.query = self._start()
             started = self._first_trigger(90)
@@ -697,14 +711,21 @@ class Run:
         return self.feed
 
     def start_stream(self, trigger: str = "500 milliseconds", transform=None,
-                     **options) -> Stream:
-        """The stream, into parquet; ``transform`` (DataFrame -> DataFrame, same columns) is
-        applied to its rows on the way."""
+                     group_protocol: str = "classic", **options) -> Stream:
+        """The stream, into parquet, in a group of ``group_protocol``; ``transform`` (DataFrame
+        -> DataFrame, same columns) is applied to its rows on the way. Once it has made its
+        first trigger it is a member: the brokers must describe the group as one of that
+        protocol (else a consumer-protocol variant would quietly test the classic one)."""
+        from kafka_source import describe_group
+
         self.watch = CommitWatch(self.bootstrap, self.group, self.topic)
         self.watch.start()
         self.stream = Stream(self.spark, stream_options(self.bootstrap, self.topic, self.group,
-                                                        **options), self.tmp_path, trigger,
-                             transform)
+                                                        group_protocol, **options),
+                             self.tmp_path, trigger, transform)
+        if group_protocol != "classic":
+            status = describe_group(self.bootstrap, self.group)
+            assert status.protocol == group_protocol and len(status.members) == 1, status
         return self.stream
 
     def start_batch_loop(self, **options) -> BatchLoop:

@@ -37,13 +37,12 @@ import signal
 import time
 
 import pytest
-from kafka import KafkaProducer
+from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
-from kafka_source import describe_group
 from kafka_source.testing.cluster import KRAFT
 
-from .scenario import (SESSION_MS, CommitWatch, Run, Stream, batch_rows, check_reads,
+from .scenario import (SESSION_MS, Run, Stream, batch_rows, check_reads,
                        check_sink_values, end_offsets, read_topic, short, stream_options,
                        wait_until)
 
@@ -55,33 +54,6 @@ DOWN_S = 15
 #: The scenarios that also run with the consumer group protocol (KIP-848); its variant on the
 #: ZooKeeper-mode cluster is skipped by conftest.py (Kafka 2.2 has no such protocol).
 GROUP_PROTOCOLS = pytest.mark.parametrize("group_protocol", ["classic", "consumer"])
-
-#: Settings of the classic protocol that a consumer-protocol query refuses (as Java's consumer
-#: does): its session timeout and heartbeat interval are the brokers'
-#: (group.consumer.session.timeout.ms and group.consumer.heartbeat.interval.ms, which the
-#: cluster leaves at Kafka 4.0's defaults, 45 s and 5 s).
-CLASSIC_ONLY = ("kafka.session.timeout.ms", "kafka.heartbeat.interval.ms")
-
-
-def start_stream(run: Run, group_protocol: str, **options) -> Stream:
-    """``run``'s stream in a group of ``group_protocol``. The classic one is
-    :meth:`Run.start_stream`'s; the consumer protocol's is the same stream (same topic, group,
-    sink, checkpoint, the same commit watch that ``run.finish()`` checks) without the classic
-    group's timeouts, which the query would refuse."""
-    if group_protocol == "classic":
-        return run.start_stream(**options)
-    opts = stream_options(run.bootstrap, run.topic, run.group, **options)
-    for key in CLASSIC_ONLY:
-        opts.pop(key)
-    opts["kafka.group.protocol"] = group_protocol
-    run.watch = CommitWatch(run.bootstrap, run.group, run.topic)
-    run.watch.start()
-    run.stream = Stream(run.spark, opts, run.tmp_path)
-    # The stream has made its first trigger, so it is a member: the brokers must describe the
-    # group as one of the consumer protocol (else this variant would test the classic one).
-    status = describe_group(run.bootstrap, run.group)
-    assert status.protocol == group_protocol and len(status.members) == 1, status
-    return run.stream
 
 
 def test_partition_leader_sigkilled_and_back(whole_cluster, spark, figures, tmp_path):
@@ -228,7 +200,7 @@ def test_rolling_restart_of_all_brokers(whole_cluster, spark, figures, tmp_path,
     c = whole_cluster
     with Run(c, spark, figures, tmp_path, "rolling") as run:
         run.start_feed()
-        start_stream(run, group_protocol)
+        run.start_stream(group_protocol=group_protocol)
         run.start_sink_loop()
         run.start_batch_loop()
         run.wait_until_busy()
@@ -249,7 +221,7 @@ def test_group_coordinator_sigkilled(whole_cluster, spark, figures, tmp_path, gr
     c = whole_cluster
     with Run(c, spark, figures, tmp_path, "coordinator") as run:
         run.start_feed()
-        start_stream(run, group_protocol)
+        run.start_stream(group_protocol=group_protocol)
         run.wait_until_busy()
         coordinator = c.coordinator(run.group)
         c.kill(coordinator)
@@ -357,6 +329,21 @@ def test_two_brokers_down(whole_cluster, spark, figures, tmp_path):
         run.finish()
 
 
+def _wait_committed_with_epoch(bootstrap: str, group: str, topic: str, offset: int) -> None:
+    """Until ``group`` has committed ``offset`` for partition 0 of ``topic`` with a leader
+    epoch (what a restarted stream validates its checkpoint with)."""
+    def committed():
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+        try:
+            got = admin.list_group_offsets(group).get(group, {}).get(TopicPartition(topic, 0))
+        finally:
+            admin.close()
+        return got if got is not None and got.offset == offset and got.leader_epoch >= 0 \
+            else None
+    wait_until(committed, 60, f"group {group} to commit {topic}-0 at {offset} with its leader "
+               "epoch")
+
+
 def _planner_processes(spark) -> list[int]:
     """The Python processes that plan this session's streams (Spark's
     python_streaming_source_runner, children of the driver JVM): the group members live there."""
@@ -430,15 +417,22 @@ def _values(spark_rows) -> "Counter":
     return Counter(value for _, _, value in spark_rows)
 
 
-def test_unclean_leader_election_truncates_the_log(whole_cluster, spark, figures, tmp_path):
+@pytest.mark.parametrize("streams_were", ["running", "stopped"])
+def test_unclean_leader_election_truncates_the_log(whole_cluster, spark, figures, tmp_path,
+                                                    streams_were):
     """An unclean leader election (issue 17 item 5, KIP-320): a topic with replication factor
     2, ``unclean.leader.election.enable=true`` and ``min.insync.replicas=1``. Its follower is
     shut down; the leader, alone in the ISR, takes 30 records (``acks=1``) that two streams
     read; then the leader crashes and the old follower, whose log ends 30 records earlier,
     is started and elected leader uncleanly; it takes 60 new records at the same offsets and
-    beyond. The streams' planners are frozen (SIGSTOP) from before the crash until then, so
-    that their next trigger finds the log grown past their position (the group fences them
-    meanwhile: they adopt their partition again where they were).
+    beyond. Through the election the streams are either
+
+    * ``running``, their planners frozen (SIGSTOP) from before the crash until then, so that
+      their next trigger finds the log grown past their position (the group fences them
+      meanwhile: they adopt their partition again where they were); or
+    * ``stopped`` (after their group committed offset 80, with its leader epoch) and started
+      again from their checkpoints afterwards: a fresh planner knows the epoch of offset 80
+      only from the group's commit.
 
     * The stream with ``failOnDataLoss=false`` warns and goes on from where the logs diverged:
       every record is read exactly once -- the 50 from before, the 30 that Kafka lost (read
@@ -448,7 +442,8 @@ def test_unclean_leader_election_truncates_the_log(whole_cluster, spark, figures
 
     Before truncation detection the first went on from offset 80, skipping the new records at
     50-79 silently, and the second did not fail (unfrozen, a trigger that saw the log end at 50
-    called the topic recreated)."""
+    called the topic recreated); before commits carried leader epochs, restarted streams did
+    the same."""
     from kafka_source.testing import unique_topic_name
 
     c = whole_cluster
@@ -499,14 +494,8 @@ def test_unclean_leader_election_truncates_the_log(whole_cluster, spark, figures
                    f"the ISR of {tp_name} to shrink to the leader {leader}")
         produce("lost", lost, 1)
         read_up_to(before + lost)
-        # The streams' planners are frozen until the new leader's log has grown past their
-        # position (the case where reading on from there skips records silently); a planner
-        # that saw the log end at 50 first would take it for a recreated topic instead.
-        planners = _planner_processes(spark)
-        assert len(planners) >= 2, f"expected the two streams' planners, found {planners}"
-        for pid in planners:
-            os.kill(pid, signal.SIGSTOP)
-        try:
+
+        def elect_uncleanly():
             log(f"both streams read {before + lost} records; killing leader {leader}")
             c.kill(leader)
             figures.fault("SIGKILL leader")
@@ -515,10 +504,31 @@ def test_unclean_leader_election_truncates_the_log(whole_cluster, spark, figures
             figures.fault("unclean election")
             log(f"node {follower} leads {tp_name} after an unclean election ({how})")
             produce("new", new, 1)
-        finally:
+
+        if streams_were == "stopped":
+            for s in streams.values():
+                _wait_committed_with_epoch(c.live_bootstrap_servers(), s.group, topic,
+                                           before + lost)
+                s.stop()
+            elect_uncleanly()
+            figures.fault("streams stopped through the election, started again", 2)
+            for name, s in list(streams.items()):
+                streams[name] = Stream(spark, s.options, tmp_path / name, trigger="1 second",
+                                       may_fail_at_start=name == "strict")
+        else:
+            # The streams' planners are frozen until the new leader's log has grown past their
+            # position (the case where reading on from there skips records silently); a
+            # planner that saw the log end at 50 first would take it for a recreated topic.
+            planners = _planner_processes(spark)
+            assert len(planners) >= 2, f"expected the two streams' planners, found {planners}"
             for pid in planners:
-                os.kill(pid, signal.SIGCONT)
-        figures.fault("stream planners frozen through the election", 2)
+                os.kill(pid, signal.SIGSTOP)
+            try:
+                elect_uncleanly()
+            finally:
+                for pid in planners:
+                    os.kill(pid, signal.SIGCONT)
+            figures.fault("stream planners frozen through the election", 2)
         ends = end_offsets(c.live_bootstrap_servers(), topic, 1)
         assert ends == {0: before + new}, f"the new leader's log: {ends}"
         truth = read_topic(c.live_bootstrap_servers(), topic, 1, ends)
