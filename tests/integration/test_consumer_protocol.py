@@ -111,35 +111,72 @@ def test_a_query_alone_reads_once_and_commits(spark, bootstrap_servers, kafka_br
     assert status.state == "Empty", status
 
 
+def query_alone(spark, bootstrap, tmp_path, name):
+    """A topic of four partitions with 10 records each, and a consumer-protocol query alone in
+    its group that has read and committed all 40: (topic, group, sink path, commit watch,
+    query)."""
+    topic = unique_topic_name(name)
+    create_topic(bootstrap, topic, partitions=4)
+    group = unique_topic_name(f"g-{name}")
+    out = str(tmp_path / "out")
+    produce_counts(bootstrap, topic, {p: 10 for p in range(4)})
+    watcher = start_commit_watch(bootstrap, group, topic)
+    query = start_stream(spark, consumer_options(bootstrap, topic, group), str(tmp_path / "ck"),
+                         out)
+    try:
+        wait_until(lambda: len(sink_rows(spark, out)) >= 40, 90, "the query's first 40 records")
+        wait_until(lambda: watcher.last == {p: 10 for p in range(4)}, 60,
+                   "the query's commits of the first 40 records")
+    except BaseException:
+        query.stop()
+        watcher.stop()
+        raise
+    return topic, group, out, watcher, query
+
+
+def split_two_and_two(bootstrap, group, java):
+    """The group's description once it has two members with two partitions each."""
+    return wait_until(
+        lambda: (lambda s: s if s is not None and len(s.members) == 2
+                 and sorted(len(m.partitions) for m in s.members) == [2, 2] else None)(
+            status_now(bootstrap, group)),
+        90, f"two members with two partitions each ({java.stderr()})")
+
+
+def stop_all(query, java, watcher):
+    query.stop()
+    if java is not None:
+        java.close()
+    watcher.stop()
+
+
+def assert_commits_never_moved_back(watcher):
+    print(f"{watcher.polls} samples of the group's commits, {len(watcher.backwards)} moved "
+          f"backwards")
+    assert watcher.polls > 0 and watcher.backwards == []
+
+
+def java_rows(java):
+    """(partition, offset, value) of what the Java consumer printed (values ``p{p}-{offset}``)."""
+    return [(int(v[1:v.index("-")]), int(v[v.index("-") + 1:]), v) for v in java.values()]
+
+
 @pytest.mark.once      # a JVM consumer and an incremental rebalance: about half a minute
 @pytest.mark.skip_on_embedded(EMBEDDED)
 @pytest.mark.requires_broker((4, 0), KIP_848)
 def test_a_query_and_a_java_consumer_share_a_group_with_the_consumer_protocol(
         spark, bootstrap_servers, tmp_path):
     kafka_home()
-    topic = unique_topic_name("cgp-java")
-    create_topic(bootstrap_servers, topic, partitions=4)
-    group = unique_topic_name("g-cgp-java")
-    out = str(tmp_path / "out")
+    # The query alone: all four partitions, the first 40 records read and committed.
+    topic, group, out, watcher, query = query_alone(spark, bootstrap_servers, tmp_path,
+                                                    "cgp-java")
     first = {p: 10 for p in range(4)}
-    produce_counts(bootstrap_servers, topic, first)
-    watcher = start_commit_watch(bootstrap_servers, group, topic)
-    query = start_stream(spark, consumer_options(bootstrap_servers, topic, group),
-                         str(tmp_path / "ck"), out)
     java = None
     try:
-        # The query alone: all four partitions, the first 40 records read and committed.
-        wait_until(lambda: len(sink_rows(spark, out)) >= 40, 90, "the query's first 40 records")
-        wait_until(lambda: watcher.last == {p: 10 for p in range(4)}, 60,
-                   "the query's commits of the first 40 records")
         java = JavaConsumer(bootstrap_servers, topic, group,
                             **{"group.protocol": "consumer"})
         # The brokers move two partitions to the Java consumer once the query gave them up.
-        status = wait_until(
-            lambda: (lambda s: s if s is not None and len(s.members) == 2
-                     and sorted(len(m.partitions) for m in s.members) == [2, 2] else None)(
-                status_now(bootstrap_servers, group)),
-            90, f"two members with two partitions each ({java.stderr()})")
+        status = split_two_and_two(bootstrap_servers, group, java)
         assert status.protocol == "consumer", status
         java_parts = sorted(p for m in status.members if m.client_id.startswith("java-consumer")
                             for _, p in m.partitions)
@@ -150,28 +187,21 @@ def test_a_query_and_a_java_consumer_share_a_group_with_the_consumer_protocol(
         wait_until(lambda: len(java.values()) + len(sink_rows(spark, out)) >= 80, 90,
                    f"all 80 records read by the two members ({java.stderr()})")
         time.sleep(1)                         # anything read twice would show up by now
-        query_rows = sink_rows(spark, out)
-        java_rows = [(int(v[1:v.index("-")]), int(v[v.index("-") + 1:]), v)
-                     for v in java.values()]
+        query_rows, java_read = sink_rows(spark, out), java_rows(java)
         # The Java consumer started at the query's commits: it read only the second half of
         # its partitions, the query everything else.
-        assert sorted({p for p, _, _ in java_rows}) == java_parts
-        assert all(offset >= 10 for _, offset, _ in java_rows)
-        assert sorted(query_rows + java_rows) == expected_rows({p: 20 for p in range(4)})
+        assert sorted({p for p, _, _ in java_read}) == java_parts
+        assert all(offset >= 10 for _, offset, _ in java_read)
+        assert sorted(query_rows + java_read) == expected_rows({p: 20 for p in range(4)})
         assert query.isActive and query.exception() is None
         wait_until(lambda: watcher.last == {p: 20 for p in range(4)}, 60,
                    "both members' commits of all 80 records")
         print(f"\nconsumer protocol, query and Java consumer: {len(query_rows)} records read by "
-              f"the query, {len(java_rows)} by the Java consumer (partitions {java_parts}), 80 "
+              f"the query, {len(java_read)} by the Java consumer (partitions {java_parts}), 80 "
               f"expected, each once")
     finally:
-        query.stop()
-        if java is not None:
-            java.close()
-        watcher.stop()
-    print(f"{watcher.polls} samples of the group's commits, {len(watcher.backwards)} moved "
-          f"backwards")
-    assert watcher.polls > 0 and watcher.backwards == []
+        stop_all(query, java, watcher)
+    assert_commits_never_moved_back(watcher)
 
 
 CLASSIC_MEMBER, CONSUMER_MEMBER = 0, 1      # ConsumerGroupDescribe v1's MemberType (KIP-1099)
@@ -213,28 +243,15 @@ def test_a_query_and_a_classic_java_consumer_share_a_consumer_protocol_group(
     nothing is read twice. When the classic member leaves (LeaveGroup), the brokers give its
     partitions back to the query, which adopts them from the Java consumer's commits."""
     kafka_home()
-    topic = unique_topic_name("cgp-mixed")
-    create_topic(bootstrap_servers, topic, partitions=4)
-    group = unique_topic_name("g-cgp-mixed")
-    out = str(tmp_path / "out")
+    # The query alone: all four partitions, the first 40 records read and committed.
+    topic, group, out, watcher, query = query_alone(spark, bootstrap_servers, tmp_path,
+                                                    "cgp-mixed")
     counts = {p: 10 for p in range(4)}
-    produce_counts(bootstrap_servers, topic, counts)
-    watcher = start_commit_watch(bootstrap_servers, group, topic)
-    query = start_stream(spark, consumer_options(bootstrap_servers, topic, group),
-                         str(tmp_path / "ck"), out)
     java = None
     try:
-        # The query alone: all four partitions, the first 40 records read and committed.
-        wait_until(lambda: len(sink_rows(spark, out)) >= 40, 90, "the query's first 40 records")
-        wait_until(lambda: watcher.last == {p: 10 for p in range(4)}, 60,
-                   "the query's commits of the first 40 records")
         # Java's classic consumer with its default assignors (range, cooperative-sticky).
         java = JavaConsumer(bootstrap_servers, topic, group, **{"group.protocol": "classic"})
-        status = wait_until(
-            lambda: (lambda s: s if s is not None and len(s.members) == 2
-                     and sorted(len(m.partitions) for m in s.members) == [2, 2] else None)(
-                status_now(bootstrap_servers, group)),
-            90, f"two members with two partitions each ({java.stderr()})")
+        status = split_two_and_two(bootstrap_servers, group, java)
         # Still a group of the consumer protocol, described by ConsumerGroupDescribe: the
         # classic member joined it, it did not turn the group into a classic one.
         assert status.protocol == "consumer", status
@@ -253,14 +270,13 @@ def test_a_query_and_a_classic_java_consumer_share_a_consumer_protocol_group(
                    "both members' commits of all 80 records")
         time.sleep(1)                         # anything read twice would show up by now
         query_rows = sink_rows(spark, out)
-        java_rows = [(int(v[1:v.index("-")]), int(v[v.index("-") + 1:]), v)
-                     for v in java.values()]
+        java_read = java_rows(java)
         # The Java consumer started at the query's commits: it read only the second half of
         # the partitions the brokers gave it, the query everything else.
-        assert sorted({p for p, _, _ in java_rows}) == java_parts
-        assert all(offset >= 10 for _, offset, _ in java_rows)
+        assert sorted({p for p, _, _ in java_read}) == java_parts
+        assert all(offset >= 10 for _, offset, _ in java_read)
         assert sorted({p for p, o, _ in query_rows if o >= 10}) == query_parts
-        assert sorted(query_rows + java_rows) == expected_rows({p: 20 for p in range(4)})
+        assert sorted(query_rows + java_read) == expected_rows({p: 20 for p in range(4)})
         assert query.isActive and query.exception() is None
         status = status_now(bootstrap_servers, group)
         assert status is not None and sorted(
@@ -273,7 +289,7 @@ def test_a_query_and_a_classic_java_consumer_share_a_consumer_protocol_group(
                 for p in describe_group(bootstrap_servers, group, [topic]).partitions}
         print(f"\nmixed group, consumer-protocol query and classic Java consumer: "
               f"{len(query_rows)} records read by the query (partitions {query_parts} after "
-              f"the split), {len(java_rows)} by the Java consumer (partitions {java_parts}), "
+              f"the split), {len(java_read)} by the Java consumer (partitions {java_parts}), "
               f"80 expected, each once")
 
         # The classic member leaves: the query gets all four partitions back.
@@ -293,18 +309,13 @@ def test_a_query_and_a_classic_java_consumer_share_a_consumer_protocol_group(
                    "the query's commits of all 120 records")
         time.sleep(1)
         final_rows = sink_rows(spark, out)
-        assert sorted(final_rows + java_rows) == expected_rows({p: 30 for p in range(4)})
+        assert sorted(final_rows + java_read) == expected_rows({p: 30 for p in range(4)})
         assert query.isActive and query.exception() is None
         print(f"after the Java consumer left: the query read {len(final_rows) - len(query_rows)} "
               f"more records of all four partitions; 120 records in all, each read once")
     finally:
-        query.stop()
-        if java is not None:
-            java.close()
-        watcher.stop()
-    print(f"{watcher.polls} samples of the group's commits, {len(watcher.backwards)} moved "
-          f"backwards")
-    assert watcher.polls > 0 and watcher.backwards == []
+        stop_all(query, java, watcher)
+    assert_commits_never_moved_back(watcher)
 
 
 def test_the_consumer_protocol_on_a_broker_without_it_is_a_clear_error(
