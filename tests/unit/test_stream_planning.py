@@ -1227,6 +1227,25 @@ def test_a_partition_adopted_at_a_committed_offset_is_validated_with_its_epoch()
     assert cluster.epoch_requests == [{T0: 4}]
 
 
+def test_a_partition_handed_over_in_a_rebalance_is_validated_with_its_committed_epoch():
+    """The same, for a partition the query gets in a rebalance: the member that had it
+    committed 30 in epoch 4; the log was truncated at 20 since. It is adopted at 20, the
+    divergence, in the trigger that adopts it."""
+    cluster = Cluster({T0: 10, T1: 30})
+    cluster.epochs.update({T0: 1, T1: 4})
+    member = FakeMember([T0])
+    spark = Spark(make_reader(cluster, member, startingOffsets="earliest",
+                              failOnDataLoss="false"))
+    assert spark.trigger() == [("t", 0, 0, 10)]
+    member.group[T1], member.epochs[T1] = 30, 4
+    unclean_election(cluster, T1, diverged_at=20, written=40)
+    member.assign(T0, T1)
+    spark.trigger()
+    assert decode_offsets(spark.start) == {T0: 10, T1: 20}
+    assert spark.trigger() == [("t", 1, 20, 60)]
+    assert cluster.epoch_requests == [{T1: 4}]
+
+
 def test_a_clean_leader_change_is_validated_and_goes_on():
     """A new leader with the whole log (a clean election): the position is validated with
     one OffsetsForLeaderEpoch and reading goes on where it was."""
