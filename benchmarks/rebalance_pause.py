@@ -1,31 +1,62 @@
-"""How long a running query stops reading when a Java consumer joins and leaves its group, with
-eager (``range``) and cooperative (``cooperative-sticky``) rebalancing (issue 19).
+"""How long each member of a group of one query and one Java consumer reads nothing while the
+query restarts and while the Java member joins, with each of the connector's ways of sharing a
+group (issue 19): the goal is no pause for a member whose partitions do not move.
 
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/python benchmarks/rebalance_pause.py
-    ... --assignors range,cooperative-sticky --runs 2 --json /tmp/pause.json
+    ... --modes eager,cooperative,static,consumer --runs 2 --json /tmp/pause.json
 
-Per run, on one Kafka 4.0 broker (``KAFKA_HOME`` or ``../shared/kafka``), ``local[2]``:
+Modes (the query's options; Kafka's Java console consumer gets the matching settings):
+
+* ``eager``: ``assignor`` ``range`` (Java's RangeAssignor), the classic eager protocol: every
+  rebalance takes every partition from every member first.
+* ``cooperative``: ``cooperative-sticky`` on both (KIP-429): only moving partitions stop.
+* ``static``: ``range`` with ``kafka.group.instance.id`` on the query and ``group.instance.id``
+  on the Java consumer (KIP-345). The query's session is 30 s (its restart fits in it); the
+  Java member's stays 6 s, since a static member that stops does not leave the group: the
+  group waits out its session before the query gets its partitions (the leave phase).
+* ``consumer``: the consumer group protocol (KIP-848) on both: ``kafka.group.protocol=consumer``
+  and ``group.protocol=consumer``. The brokers assign (their default ``uniform`` assignor) and
+  keep the sessions with their defaults (heartbeats every 5 s, sessions of 45 s): neither
+  member may set a session timeout, a heartbeat interval or an assignor.
+
+Per run and mode, on one Kafka 4.0 broker (``KAFKA_HOME`` or ``../shared/kafka``), ``local[2]``:
 
 1. A topic of 4 partitions; a producer thread writes one record to each partition every 50 ms
    (values ``p{partition}-{n}``) for the whole run.
-2. A pykafka query (``processingTime`` 200 ms, parquet sink, the assignor under test) joins the
-   group alone and reads all four partitions.
-3. Kafka's Java console consumer joins with the same assignor (Java's class for it); the group
-   settles on two partitions each. Later it stops (commits and leaves) and the query takes all
-   four back.
-4. From the query's progress reports (the end offset of every partition after every micro-batch)
-   and a watcher that reads the group's committed offsets every 100 ms:
+2. A pykafka query (``processingTime`` 200 ms, parquet sink) joins the group alone and reads
+   all four partitions.
+3. **Join**: the Java console consumer joins; the group settles on two partitions each.
+4. **Restart**: the query is stopped (``query.stop()``) and started again at once from the same
+   checkpoint, the Java consumer reading on; the group settles on two and two again.
+5. **Leave**: the Java consumer stops (Ctrl-C: it commits, and leaves unless static) and the
+   query takes all four back.
 
-   * **pause of kept partitions**: around the join, the longest time a partition the query
-     kept through the rebalance went without its end offset moving (records arrive every 50
-     ms, so a steady query moves it every trigger);
-   * **longest gap between micro-batches** around the join and around the leave;
-   * **records checked, lost, read twice by the query, read by both members** (a handover
-     between the two members is at-least-once on the Java side: its auto-commit runs every
-     200 ms), and **committed offsets that moved backwards** (must be 0).
+Measured, from the query's progress reports (the end offset of every partition after every
+micro-batch), the times at which the Java consumer's lines arrive (read from its output every
+20 ms), the group as the brokers describe it (every 200 ms through the restart) and a watcher
+that reads the group's committed offsets every 100 ms:
 
-The figures are measurements, printed as a table; the script fails only when a record is lost,
-the query reads one twice, or a committed offset moves backwards.
+* at the join: the **pause of kept partitions** (the longest time a partition the query kept
+  went without its end offset moving; records arrive every 50 ms, so a steady query moves it
+  every trigger), the longest **gap between micro-batches**, and the time until the group
+  settled;
+* at the restart: the **query's gap** (from ``query.stop()`` to the end of the restarted
+  query's first micro-batch), the longest pause of the partitions it had before and after
+  (none when they all moved), the **Java member's gap** (the longest time one of the partitions
+  it had before and after went without a new record printed, from the stop until the group has
+  been settled for the ``--settle`` time; compare its steady gap before the stop), and
+  **whether the Java member's assignment changed** (every assignment the brokers reported for
+  it and the group's states: a static restart should show one assignment and ``Stable`` only);
+* the longest gap between micro-batches at the leave and when nothing changes;
+* **records checked, lost, read twice by the query, read by both members** (a handover between
+  the two members is at-least-once on the Java side: its auto-commit runs every 200 ms; and a
+  query restarted from its checkpoint reads from the checkpoint, so what the Java member read of
+  the query's partitions while it was away is read again, by design), and
+  **committed offsets that moved backwards** (must be 0).
+
+The figures are measurements, printed as a table (median and range over the runs); the script
+fails only when a record is lost, the query reads one twice, or a committed offset moves
+backwards. The machine's load matters: Spark, the broker and the JVM consumer share its cores.
 """
 
 from __future__ import annotations
@@ -38,7 +69,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -49,6 +79,7 @@ PARTITIONS = 4
 PRODUCE_EVERY_S = 0.05
 TRIGGER = "200 milliseconds"
 SESSION_MS, HEARTBEAT_MS = 6_000, 1_000
+STATIC_SESSION_MS = 30_000      # the static query's: its restart must fit in it
 
 
 def _progress_points(query):
@@ -120,21 +151,79 @@ class _Producer(threading.Thread):
         self.producer.close(10)
 
 
-def _group_state(bootstrap, group):
-    from kafka_source.group.assignors import Assignment
-    from kafka_source.wire.net.client import BrokerClient, RetriableBrokerError
-    from kafka.protocol.admin import DescribeGroupsRequest
+def _group(bootstrap, group):
+    """(state, {member id: (client id, instance id, sorted partitions)}) as the brokers describe
+    the group (DescribeGroups, or ConsumerGroupDescribe for a group of the consumer protocol);
+    ("", {}) while the coordinator cannot answer."""
+    from kafka_source import describe_group
+    from kafka_source.wire.net.client import RetriableBrokerError
 
     try:
-        with BrokerClient({"bootstrap_servers": bootstrap}) as client:
-            node = client.find_coordinator(group)
-            response = client.send(node, DescribeGroupsRequest(
-                groups=[group], include_authorized_operations=False))
-    except RetriableBrokerError:
+        status = describe_group(bootstrap, group)
+    except (RetriableBrokerError, OSError):
         return "", {}
-    g = response.groups[0]
-    return g.group_state, {m.member_id: sorted(p for _, p in Assignment.decode(
-        bytes(m.member_assignment or b"")).partitions) for m in g.members}
+    return status.state, {m.member_id: (m.client_id, m.instance_id,
+                                        sorted(p for _, p in m.partitions))
+                          for m in status.members}
+
+
+def _is_java(member):
+    return member[0].startswith("java-consumer")
+
+
+def _alone(bootstrap, group):
+    state, members = _group(bootstrap, group)
+    return state == "Stable" and len(members) == 1 and \
+        next(iter(members.values()))[2] == list(range(PARTITIONS))
+
+
+def _split(bootstrap, group):
+    """The members when the group is stable with two members of two partitions each."""
+    state, members = _group(bootstrap, group)
+    if state == "Stable" and len(members) == 2 and \
+            sorted(len(m[2]) for m in members.values()) == [2, 2] and \
+            sum(map(_is_java, members.values())) == 1:
+        return members
+    return None
+
+
+class _GroupSampler(threading.Thread):
+    """Describes the group every 200 ms: the states it went through and every assignment the
+    Java member had."""
+
+    def __init__(self, bootstrap, group):
+        super().__init__(daemon=True)
+        self.bootstrap, self.group = bootstrap, group
+        self.states: list[str] = []
+        self.java: list[list[int]] = []          # the Java member's partitions, each change
+        self.stop_event = threading.Event()
+
+    def run(self):
+        while not self.stop_event.is_set():
+            state, members = _group(self.bootstrap, self.group)
+            if state and (not self.states or self.states[-1] != state):
+                self.states.append(state)
+            java = [m[2] for m in members.values() if _is_java(m)]
+            parts = java[0] if java else None
+            if state and (not self.java or self.java[-1] != parts):
+                self.java.append(parts)
+            self.stop_event.wait(0.2)
+
+    def stop(self):
+        self.stop_event.set()
+        self.join(30)
+
+
+def _java_gap(arrivals, partitions, start, end):
+    """The longest time in [start, end] that any of ``partitions`` went without the Java consumer
+    printing a new record of it (its values are ``p{partition}-{n}``)."""
+    worst = 0.0
+    for part in partitions:
+        prefix = f"p{part}-"
+        times = [start] + [ts for ts, v in arrivals
+                           if start <= ts <= end and v.startswith(prefix)] + [end]
+        worst = max(worst, max(b - a for a, b in zip(times, times[1:])))
+    return worst
 
 
 def _wait(predicate, timeout_s, what):
@@ -147,56 +236,105 @@ def _wait(predicate, timeout_s, what):
     raise RuntimeError(f"timed out after {timeout_s} s waiting for {what}")
 
 
-def one_run(spark, bootstrap, assignor, settle_s):
+MODES = ("eager", "cooperative", "static", "consumer")
+
+
+def _mode_settings(mode, bootstrap, topic, group):
+    """(the query's options, the Java consumer's keyword arguments) of a mode."""
+    options = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "kafka.group.id": group,
+               "startingOffsets": "earliest",
+               "kafka.max.poll.interval.ms": str(4 * SESSION_MS)}
+    java = {"session_timeout_ms": SESSION_MS}
+    if mode == "consumer":
+        # KIP-848: the brokers assign and keep the sessions (their defaults: heartbeats every
+        # 5 s, sessions of 45 s); neither member may set them or name an assignor.
+        options["kafka.group.protocol"] = "consumer"
+        java["group.protocol"] = "consumer"
+        return options, java
+    assignor = "cooperative-sticky" if mode == "cooperative" else "range"
+    options.update({"assignor": assignor, "kafka.session.timeout.ms": str(SESSION_MS),
+                    "kafka.heartbeat.interval.ms": str(HEARTBEAT_MS)})
+    java["assignors"] = [assignor]
+    if mode == "static":
+        # KIP-345: the query's restart must fit in its session; the Java member's session stays
+        # short, since a static member that stops does not leave: the group waits that long.
+        options["kafka.group.instance.id"] = "pause-query"
+        options["kafka.session.timeout.ms"] = str(STATIC_SESSION_MS)
+        java["group.instance.id"] = "pause-java"
+    return options, java
+
+
+def _start_query(spark, options, work):
+    reader = spark.readStream.format("pykafka")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return (reader.load().selectExpr("CAST(value AS STRING) AS value", "partition", "offset")
+            .writeStream.format("parquet").option("path", os.path.join(work, "out"))
+            .option("checkpointLocation", os.path.join(work, "ck"))
+            .trigger(processingTime=TRIGGER).start())
+
+
+def one_run(spark, bootstrap, mode, settle_s):
     from kafka_source.testing import create_topic, unique_topic_name
     from tests.cluster.scenario import CommitWatch
     from tests.integration.java_consumer import JavaConsumer
 
-    topic = unique_topic_name(f"pause-{assignor}")
+    topic = unique_topic_name(f"pause-{mode}")
     group = unique_topic_name("g-pause")
     create_topic(bootstrap, topic, partitions=PARTITIONS)
     work = tempfile.mkdtemp(prefix="pykafka-pause-")
     out = os.path.join(work, "out")
     producer = _Producer(bootstrap, topic)
     watcher = CommitWatch(bootstrap, group, topic, interval_s=0.1)
+    sampler = _GroupSampler(bootstrap, group)
     producer.start()
-    options = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "kafka.group.id": group,
-               "assignor": assignor, "startingOffsets": "earliest",
-               "kafka.session.timeout.ms": str(SESSION_MS),
-               "kafka.heartbeat.interval.ms": str(HEARTBEAT_MS),
-               "kafka.max.poll.interval.ms": str(4 * SESSION_MS)}
-    reader = spark.readStream.format("pykafka")
-    for k, v in options.items():
-        reader = reader.option(k, v)
-    query = (reader.load().selectExpr("CAST(value AS STRING) AS value", "partition", "offset")
-             .writeStream.format("parquet").option("path", out)
-             .option("checkpointLocation", os.path.join(work, "ck"))
-             .trigger(processingTime=TRIGGER).start())
+    options, java_settings = _mode_settings(mode, bootstrap, topic, group)
+    query = _start_query(spark, options, work)
+    points = []
     java = None
     try:
-        _wait(lambda: (lambda s, m: s == "Stable" and len(m) == 1
-                       and next(iter(m.values())) == list(range(PARTITIONS)))(
-            *_group_state(bootstrap, group)), 90, "the query alone with all four partitions")
+        _wait(lambda: _alone(bootstrap, group), 90, "the query alone with all four partitions")
         watcher.start()
         time.sleep(settle_s)
+
+        # (b) A Java member joins.
         t_join = time.time()
-        java = JavaConsumer(bootstrap, topic, group, assignors=[assignor],
-                            session_timeout_ms=SESSION_MS)
-        _, members = _wait(lambda: (lambda s, m: (s, m) if s == "Stable" and len(m) == 2 and
-                                    sorted(len(v) for v in m.values()) == [2, 2] else None)(
-            *_group_state(bootstrap, group)), 120, "two members with two partitions each")
+        java = JavaConsumer(bootstrap, topic, group, track_arrivals=True, **java_settings)
+        members = _wait(lambda: _split(bootstrap, group), 120,
+                        "two members with two partitions each")
         t_split = time.time()
-        kept = next(v for k, v in members.items() if not k.startswith("java-consumer"))
+        kept = next(m[2] for m in members.values() if not _is_java(m))
+        java_before = next(m[2] for m in members.values() if _is_java(m))
         time.sleep(settle_s)
+
+        # (a) The query restarts from its checkpoint while the Java member reads on.
+        sampler.start()
+        t_stop = time.time()
+        points += _progress_points(query)
+        query.stop()
+        t_stopped = time.time()
+        query = _start_query(spark, options, work)
+        t_started = time.time()
+        first = _wait(lambda: next((ts for ts, _ in _progress_points(query)), None), 120,
+                      "the restarted query's first micro-batch")
+        members = _wait(lambda: _split(bootstrap, group), 120,
+                        "two members with two partitions each after the restart")
+        t_resplit = time.time()
+        time.sleep(settle_s)
+        sampler.stop()
+        java_after = next(m[2] for m in members.values() if _is_java(m))
+        query_after = next(m[2] for m in members.values() if not _is_java(m))
+        t_restarted = time.time()
+
         t_leave = time.time()
         java.process.terminate()          # as Ctrl-C: it commits and leaves the group
         java.process.wait(30)
-        java_values = list(java.values())   # everything it printed, now that it has stopped
+        time.sleep(0.1)
+        java_arrivals = java.arrivals()   # everything it printed, now that it has stopped
+        java_values = list(java.values())
         java.close()
         java = None
-        _wait(lambda: (lambda s, m: s == "Stable" and len(m) == 1
-                       and next(iter(m.values())) == list(range(PARTITIONS)))(
-            *_group_state(bootstrap, group)), 120, "the query alone again with all four")
+        _wait(lambda: _alone(bootstrap, group), 120, "the query alone again with all four")
         t_back = time.time()
         time.sleep(settle_s)
         producer.stop()
@@ -212,27 +350,50 @@ def one_run(spark, bootstrap, assignor, settle_s):
         query_values = _wait(lambda: (lambda v: v if len(set(v) | set(java_values)) >= total
                                       else None)(read_by_query()), 120,
                              f"all {total} records read by the two members")
-        points = _progress_points(query)
+        time.sleep(1)                           # anything read twice would show up by now
+        query_values = read_by_query()
+        points += _progress_points(query)
     finally:
         if java is not None:
             java.close()
         producer.stop_event.set()
         query.stop()
         watcher.stop()
+        sampler.stop_event.set()
     expected = {f"p{p}-{n}" for p, c in sent.items() for n in range(c)}
     got = set(query_values) | set(java_values)
     return {
-        "assignor": assignor,
+        "mode": mode,
         "records": total,
         "lost": len(expected - got),
         "read_twice_by_query": len(query_values) - len(set(query_values)),
         "read_by_both": len(set(query_values) & set(java_values)),
+        "java_read_twice": len(java_values) - len(set(java_values)),
         "committed_backwards": len(watcher.backwards),
         "commit_reads": watcher.polls,
         "kept_partitions": kept,
         "join_to_split_s": round(t_split - t_join, 2),
         "kept_pause_at_join_s": round(_stall(points, kept, t_join, t_split + 1.0), 2),
         "batch_gap_at_join_s": round(_gap(points, t_join, t_split + 1.0), 2),
+        "java_gap_steady_s": round(_java_gap(java_arrivals, java_before, t_split + 1.0,
+                                             t_stop), 2),
+        "stop_s": round(t_stopped - t_stop, 2),
+        "start_s": round(t_started - t_stopped, 2),
+        "query_gap_at_restart_s": round(first - t_stop, 2),
+        "restart_to_split_s": round(t_resplit - t_stop, 2),
+        # the partitions the Java member had before and after (all of them, in every mode here)
+        "java_gap_at_restart_s": round(_java_gap(
+            java_arrivals, sorted(set(java_before) & set(java_after)), t_stop, t_restarted), 2)
+        if set(java_before) & set(java_after) else None,
+        # the partitions the query had before and after: how long the longest of them waited
+        "query_kept_pause_at_restart_s": round(_stall(
+            points, sorted(set(kept) & set(query_after)), t_stop, t_restarted), 2)
+        if set(kept) & set(query_after) else None,
+        "java_partitions": [java_before, java_after],
+        "query_partitions": [kept, query_after],
+        "java_assignments_at_restart": sampler.java,
+        "java_moved_at_restart": int(len(sampler.java) > 1 or java_after != java_before),
+        "group_states_at_restart": sampler.states,
         "batch_gap_at_leave_s": round(_gap(points, t_leave, t_back + 1.0), 2),
         "batch_gap_steady_s": round(_gap(points, t_back + 1.0, t_back + settle_s), 2),
     }
@@ -240,11 +401,16 @@ def one_run(spark, bootstrap, assignor, settle_s):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--assignors", default="range,cooperative-sticky")
+    ap.add_argument("--modes", default=",".join(MODES),
+                    help="comma-separated, of " + ", ".join(MODES) + " (default: all)")
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--settle", type=float, default=5.0, help="seconds between the phases")
     ap.add_argument("--json", metavar="PATH")
     args = ap.parse_args(argv)
+    modes = args.modes.split(",")
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        ap.error(f"unknown mode(s) {unknown}: choose among {', '.join(MODES)}")
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -272,28 +438,33 @@ def main(argv=None) -> int:
         kafka_source.register(spark)
         try:
             for run in range(args.runs):
-                for assignor in args.assignors.split(","):
-                    r = one_run(spark, broker.bootstrap_servers, assignor, args.settle)
+                for mode in modes:
+                    r = one_run(spark, broker.bootstrap_servers, mode, args.settle)
                     r["run"] = run + 1
                     print(json.dumps(r), flush=True)
                     results.append(r)
         finally:
             spark.stop()
-    cols = ["records", "lost", "read_twice_by_query", "read_by_both", "committed_backwards",
-            "join_to_split_s", "kept_pause_at_join_s", "batch_gap_at_join_s",
-            "batch_gap_at_leave_s", "batch_gap_steady_s"]
-    print("\n| assignor | " + " | ".join(cols) + " |")
+    counts = ["records", "lost", "read_twice_by_query", "read_by_both", "committed_backwards",
+              "java_moved_at_restart"]
+    times = ["kept_pause_at_join_s", "batch_gap_at_join_s", "join_to_split_s",
+             "query_gap_at_restart_s", "query_kept_pause_at_restart_s", "java_gap_at_restart_s",
+             "java_gap_steady_s", "batch_gap_at_leave_s", "batch_gap_steady_s"]
+    cols = counts + times
+    print("\n| mode | " + " | ".join(cols) + " |")
     print("|---" * (len(cols) + 1) + "|")
-    for assignor in args.assignors.split(","):
-        rows = [r for r in results if r["assignor"] == assignor]
+    for mode in modes:
+        rows = [r for r in results if r["mode"] == mode]
         cells = []
         for c in cols:
-            values = [r[c] for r in rows]
-            if c.endswith("_s"):
+            values = [r[c] for r in rows if r[c] is not None]
+            if not values:
+                cells.append("-")
+            elif c.endswith("_s"):
                 cells.append(f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})")
             else:
                 cells.append(str(sum(values)))
-        print(f"| {assignor} | " + " | ".join(cells) + " |")
+        print(f"| {mode} | " + " | ".join(cells) + " |")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     bad = [r for r in results if r["lost"] or r["read_twice_by_query"] or r["committed_backwards"]]

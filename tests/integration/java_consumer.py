@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
+import threading
+import time
 
 import pytest
 
@@ -31,10 +33,14 @@ def kafka_home() -> str:
 
 class JavaConsumer:
     """A running ``kafka-console-consumer.sh`` in ``group`` on ``topic``, reading from the
-    earliest offset when the group has none, committing automatically every 200 ms."""
+    earliest offset when the group has none, committing automatically every 200 ms.
+
+    ``track_arrivals``: a thread also reads its output as it grows (every 20 ms) and notes when
+    each line arrived (:meth:`arrivals`), for measuring how long it read nothing."""
 
     def __init__(self, bootstrap: str, topic: str, group: str, *, assignors: list[str] = (),
-                 session_timeout_ms: int = 45_000, client_id: str = "java-consumer", **properties):
+                 session_timeout_ms: int = 45_000, client_id: str = "java-consumer",
+                 track_arrivals: bool = False, **properties):
         home = kafka_home()
         strategy = ",".join(ASSIGNORS.get(a, a) for a in assignors)
         props = {"partition.assignment.strategy": strategy,
@@ -63,6 +69,34 @@ class JavaConsumer:
                                                 delete=False)
         env = {**os.environ, "KAFKA_HEAP_OPTS": "-Xmx256m", "LOG_DIR": tempfile.gettempdir()}
         self.process = subprocess.Popen(args, stdout=self._out, stderr=self._err, env=env)
+        self._arrivals: list[tuple[float, str]] = []
+        self._tail_stop = threading.Event()
+        self._tail = None
+        if track_arrivals:
+            self._tail = threading.Thread(target=self._follow, daemon=True,
+                                          name=f"java-consumer-tail-{group}")
+            self._tail.start()
+
+    def _follow(self) -> None:
+        with open(self._out.name, "rb") as f:
+            pending = b""
+            while True:
+                stopping = self._tail_stop.is_set()
+                chunk = f.read()
+                if chunk:
+                    now = time.time()
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    self._arrivals.extend(
+                        (now, line.decode("utf-8", "replace")) for line in lines)
+                if stopping:
+                    return
+                self._tail_stop.wait(0.02)
+
+    def arrivals(self) -> list[tuple[float, str]]:
+        """(epoch seconds when the line was first seen, value) of the complete lines so far;
+        only with ``track_arrivals``."""
+        return list(self._arrivals)
 
     def values(self) -> list[str]:
         """The values printed so far (complete lines only)."""
@@ -83,6 +117,9 @@ class JavaConsumer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(10)
+        if self._tail is not None:
+            self._tail_stop.set()
+            self._tail.join(10)
         for f in (self._out, self._err):
             f.close()
             os.unlink(f.name)
