@@ -490,8 +490,18 @@ def test_unclean_leader_election_truncates_the_log(whole_cluster, spark, figures
         read_up_to(before)
         c.stop(follower)
         figures.fault("follower shut down")
-        wait_until(lambda: c.partition(topic, 0).isr == (leader,), 60,
-                   f"the ISR of {tp_name} to shrink to the leader {leader}")
+        try:
+            wait_until(lambda: c.partition(topic, 0).isr == (leader,), 60,
+                       f"the ISR of {tp_name} to shrink to the leader {leader}")
+        except AssertionError:
+            if c.mode == KRAFT:
+                raise
+            # Kafka 2.2's metadata may list a stopped follower in the ISR for long (> 90 s
+            # measured, also in test_two_brokers_down; one CI run here). What the scenario needs
+            # is the leader's own ISR without it -- else the high watermark stays at 50 and the
+            # streams never read the records below -- which read_up_to(80) checks.
+            log(f"metadata still lists {c.partition(topic, 0).isr} as the ISR of {tp_name}; "
+                "going on (the streams reading offset 80 shows the leader's ISR shrank)")
         produce("lost", lost, 1)
         read_up_to(before + lost)
 
