@@ -332,16 +332,17 @@ def test_two_brokers_down(whole_cluster, spark, figures, tmp_path):
 def _wait_committed_with_epoch(bootstrap: str, group: str, topic: str, offset: int) -> None:
     """Until ``group`` has committed ``offset`` for partition 0 of ``topic`` with a leader
     epoch (what a restarted stream validates its checkpoint with)."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+
     def committed():
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
-        try:
-            got = admin.list_group_offsets(group).get(group, {}).get(TopicPartition(topic, 0))
-        finally:
-            admin.close()
+        got = admin.list_group_offsets(group).get(group, {}).get(TopicPartition(topic, 0))
         return got if got is not None and got.offset == offset and got.leader_epoch >= 0 \
             else None
-    wait_until(committed, 60, f"group {group} to commit {topic}-0 at {offset} with its leader "
-               "epoch")
+    try:
+        wait_until(committed, 60, f"group {group} to commit {topic}-0 at {offset} with its "
+                   "leader epoch")
+    finally:
+        admin.close()
 
 
 def _planner_processes(spark) -> list[int]:

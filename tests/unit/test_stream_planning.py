@@ -98,10 +98,6 @@ class FakeMember:
         self.generations_lost_at_assignment = self.generations_lost
         return self.assignment
 
-    def committed(self, tps):
-        return {tp: None if pos is None else pos[0]
-                for tp, pos in self.committed_positions(tps).items()}
-
     def committed_positions(self, tps):
         tps = sorted(tps)
         self.committed_calls.append(tps)
