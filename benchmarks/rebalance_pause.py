@@ -24,7 +24,13 @@ Per run and mode, on one Kafka 4.0 broker (``KAFKA_HOME`` or ``../shared/kafka``
 1. A topic of 4 partitions; a producer thread writes one record to each partition every 50 ms
    (values ``p{partition}-{n}``) for the whole run.
 2. A pykafka query (``processingTime`` 200 ms, parquet sink) joins the group alone and reads
-   all four partitions.
+   all four partitions; the next phase waits until it has completed two micro-batches. The
+   first micro-batch of a Spark session starts its Python workers and took 9-22 s on a machine
+   of 2 cores (later ones well under 1 s). A Java member joining meanwhile waits in JoinGroup
+   until the query's next trigger: the query rejoins between micro-batches, once it has
+   committed what it processed, as Java's consumer rejoins in ``poll()``. Without this wait the
+   first run of a session measured that cold batch as the join's pause (8.8-18.8 s, in
+   whichever mode ran first; about 1 s in every later run).
 3. **Join**: the Java console consumer joins; the group settles on two partitions each.
 4. **Restart**: the query is stopped (``query.stop()``) and started again at once from the same
    checkpoint, the Java consumer reading on; the group settles on two and two again.
@@ -98,6 +104,14 @@ def _progress_points(query):
         took = p.get("durationMs", {}).get("triggerExecution", 0) / 1000
         points.append((ts + took, offsets))
     return points
+
+
+def _first_batch_s(query):
+    """How long the query's first micro-batch took (Spark's triggerExecution), in seconds."""
+    for p in query.recentProgress:
+        if p.get("sources"):
+            return round(p.get("durationMs", {}).get("triggerExecution", 0) / 1000, 2)
+    return None
 
 
 def _stall(points, partitions, start, end):
@@ -294,6 +308,11 @@ def one_run(spark, bootstrap, mode, settle_s):
     java = None
     try:
         _wait(lambda: _alone(bootstrap, group), 90, "the query alone with all four partitions")
+        # Past the query's cold start (step 2 of the module docstring): a join during its first
+        # micro-batch would measure that batch, not the rebalance.
+        _wait(lambda: len(_progress_points(query)) >= 2, 180,
+              "the query's first two micro-batches")
+        first_batch_s = _first_batch_s(query)
         watcher.start()
         time.sleep(settle_s)
 
@@ -372,6 +391,7 @@ def one_run(spark, bootstrap, mode, settle_s):
         "committed_backwards": len(watcher.backwards),
         "commit_reads": watcher.polls,
         "kept_partitions": kept,
+        "first_batch_s": first_batch_s,
         "join_to_split_s": round(t_split - t_join, 2),
         "kept_pause_at_join_s": round(_stall(points, kept, t_join, t_split + 1.0), 2),
         "batch_gap_at_join_s": round(_gap(points, t_join, t_split + 1.0), 2),
