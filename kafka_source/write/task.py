@@ -32,6 +32,9 @@ class SinkCommitMessage(WriterCommitMessage):
     query_id: str | None = None
     transaction: object | None = None                # producer.TransactionHandle, not committed
     skipped: bool = False                            # the batch was committed before: no write
+    digest: bytes | None = None                      # of the rows written (.digest.RowsDigest)
+    repair_round: int = 0                            # > 0: a re-run's transaction (.exactly_once)
+    matched: bytes | None = None                     # skipped: the committed digest it matched
 
     @property
     def total(self) -> int:
@@ -49,9 +52,10 @@ class _RowNumbers:
 
 
 def send_batches(batches: Iterable, producer, columns: Columns, topic_option: str | None,
-                 partitions_for_keys, spreader: Spreader | None = None) -> int:
+                 partitions_for_keys, spreader: Spreader | None = None, digest=None) -> int:
     """Send every row of ``batches`` (pyarrow RecordBatches) through ``producer``; return the
-    number of rows. Does not flush."""
+    number of rows. Does not flush. ``digest`` (a :class:`.digest.RowsDigest`), if given, is fed
+    every group of rows sent."""
     spreader = spreader or Spreader()
     counts: dict[str, int] = {}
 
@@ -87,6 +91,8 @@ def send_batches(batches: Iterable, producer, columns: Columns, topic_option: st
                 parts = choose_partitions(topic, partition_count(topic), k, e, spreader,
                                           partitions_for_keys, _RowNumbers(row_offset, rows))
             producer.send(topic, parts, v, k, h)
+            if digest is not None:
+                digest.update(topic, v, k, h, e)
         row_offset += n
     return row_offset
 

@@ -242,20 +242,124 @@ def test_commit_message_pickles_small():
 # --- the exactly-once marker --------------------------------------------------------------------
 
 def test_marker_round_trips_and_stays_small():
-    from kafka_source.write.exactly_once import decode_marker, encode_marker
+    from kafka_source.write.exactly_once import MarkerEntry, decode_marker, encode_marker
 
     entries = [(0, 1000, 3), (1, 1001, 3), (5, 999, 4), (6, 2 ** 40, 32767)]
-    assert decode_marker(encode_marker(7, entries)) == (7, entries)
+    assert decode_marker(encode_marker(7, entries)) == (7, [MarkerEntry(*e) for e in entries])
     assert decode_marker(encode_marker(0, [])) == (0, [])
-    # Producer ids of one query's tasks are close together (the broker hands them out in
-    # blocks) and the epochs equal: a few bytes per task, so hundreds of tasks fit the broker's
-    # default offset.metadata.max.bytes (4096).
+    # With digests, and a repair round whose tasks repeat task numbers of the first run.
     rng = random.Random(3)
-    many = [(t, 50_000 + rng.randrange(2000), 1000 + rng.randrange(3)) for t in range(700)]
+    mixed = [MarkerEntry(0, 1000, 3, rng.randbytes(8)), MarkerEntry(2, 1002, 3, None),
+             MarkerEntry(0, 2000, 0, rng.randbytes(8), 1), MarkerEntry(2, 1999, 0, rng.randbytes(8), 1),
+             MarkerEntry(1, 2001, 1, rng.randbytes(8), 2)]
+    assert decode_marker(encode_marker(9, reversed(mixed))) == (9, mixed)
+    # Producer ids of one query's tasks are close together (the broker hands them out in
+    # blocks) and the epochs equal: a few bytes per task plus its digest, so 200 tasks (Spark's
+    # default shuffle partitions) fit the broker's default offset.metadata.max.bytes (4096);
+    # without digests, 700 do.
+    many = [MarkerEntry(t, 50_000 + rng.randrange(2000), 1000 + rng.randrange(3),
+                        rng.randbytes(8)) for t in range(200)]
     text = encode_marker(123_456, many)
     assert len(text) < 4096 and decode_marker(text) == (123_456, many)
+    bare = [e._replace(task=t, digest=None) for t, e in enumerate(many * 4)][:700]
+    text = encode_marker(123_456, bare)
+    assert len(text) < 4096 and decode_marker(text) == (123_456, bare)
     with pytest.raises(ValueError):
         decode_marker("something else")
+
+
+def test_marker_of_the_first_version_is_read():
+    # A query upgraded while its last micro-batch's commit was recorded by the version before.
+    import base64
+    import zlib
+
+    from kafka_source.write.exactly_once import MarkerEntry, decode_marker
+
+    raw = bytes([7, 0, 0xd0, 0x0f, 6, 3, 2, 2])   # batch 7; tasks 0 and 4; pid 1000, 1001
+    assert decode_marker("pk1:" + base64.b64encode(b"r" + raw).decode()) == \
+        (7, [MarkerEntry(0, 1000, 3), MarkerEntry(4, 1001, 4)])
+    packed = base64.b64encode(b"z" + zlib.compress(raw)).decode()
+    assert decode_marker("pk1:" + packed)[1][1] == MarkerEntry(4, 1001, 4)
+
+
+def _digest_of(*groups):
+    from kafka_source.write.digest import RowsDigest
+
+    d = RowsDigest()
+    for g in groups:
+        d.update(*g)
+    return d.digest()
+
+
+def test_rows_digest_knows_the_same_rows_again_and_nothing_else():
+    import pyarrow as pa
+
+    from kafka_source.write.columns import as_binary
+
+    values = pa.array([b"a", None, b"ccc", b""], pa.binary())
+    keys = pa.array(["k1", "k2", None, "k4"])
+    same = _digest_of(("t", values, as_binary(keys)))
+    # Rebuilt, sliced out of a larger array, or as large binary: the same rows.
+    wider = pa.array([b"zz", b"a", None, b"ccc", b"", b"yy"], pa.binary()).slice(1, 4)
+    assert _digest_of(("t", wider, pa.array([b"k1", b"k2", None, b"k4"]))) == same
+    assert _digest_of(("t", values.cast(pa.large_binary()),
+                       keys.cast(pa.large_string()).view(pa.large_binary()))) == same
+    # Any change of a value, a key, a null, the topic, the order: another digest.
+    others = [
+        ("t", pa.array([b"a", None, b"ccd", b""]), as_binary(keys)),
+        ("t", pa.array([b"a", b"", b"ccc", b""]), as_binary(keys)),
+        ("t", values, pa.array([b"k1", b"k2", b"", b"k4"])),
+        ("t", values, None),
+        ("u", values, as_binary(keys)),
+        ("t", pa.array([b"", b"ccc", None, b"a"]), pa.array([b"k4", None, b"k2", b"k1"])),
+        ("t", pa.array([b"a", None, b"cc", b"c"]), as_binary(keys)),   # bytes moved across rows
+    ]
+    digests = {_digest_of(g) for g in others}
+    assert same not in digests and len(digests) == len(others)
+    # Headers and an explicit partition column count too.
+    headers = pa.array([[{"key": "h", "value": b"1"}], None, [], [{"key": "h", "value": None}]],
+                       pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))
+    with_headers = _digest_of(("t", values, None, headers))
+    assert with_headers != _digest_of(("t", values, None))
+    assert with_headers == _digest_of(("t", values, None, headers.slice(0)))
+    assert _digest_of(("t", values, None, None, pa.array([0, 1, 0, None], pa.int32()))) != \
+        _digest_of(("t", values, None, None, pa.array([0, 1, 0, 1], pa.int32())))
+
+
+def test_exactly_once_repair_writes_again_exactly_the_rows_not_committed():
+    from kafka_source.write.exactly_once import MarkerEntry, _outstanding, _Repair
+
+    d = [bytes([i]) * 8 for i in range(6)]
+    first = [MarkerEntry(0, 10, 0, d[0]), MarkerEntry(1, 11, 0, d[1]), MarkerEntry(2, 12, 0, d[2]),
+             MarkerEntry(3, 13, 0, d[3])]
+    fates = [True, False, True, False]
+    assert _outstanding(first, fates) == [first[1], first[3]]
+    r = _Repair(first, fates, task=0)
+    assert r.round == 1
+    assert r.committed(d[0]) and not r.committed(d[1]) and r.committed(d[2])
+    assert not r.committed(d[5])                          # rows never seen: write them
+    # A task holding what another task number wrote: recognised by the digest alone.
+    assert _Repair(first, fates, task=3).committed(d[2])
+    assert not _Repair(first, fates, task=3).committed(d[3])
+    # The same rows committed in one slot and aborted in another (two tasks with identical
+    # rows): the slot that was aborted writes them again, another one too rather than lose them.
+    twins = [MarkerEntry(0, 10, 0, d[4]), MarkerEntry(1, 11, 0, d[4])]
+    assert _Repair(twins, [True, False], task=0).committed(d[4])
+    assert not _Repair(twins, [True, False], task=1).committed(d[4])
+    assert not _Repair(twins, [True, False], task=2).committed(d[4])
+    # After a repair round: task 1's rows were written again and committed; task 3's again
+    # aborted. The next round writes task 3's rows only.
+    second = first + [MarkerEntry(1, 21, 0, d[1], 1), MarkerEntry(3, 23, 0, d[3], 1)]
+    fates2 = fates + [True, False]
+    assert _outstanding(second, fates2) == [second[5]]
+    assert _Repair(second, fates2, task=1).committed(d[1])
+    assert not _Repair(second, fates2, task=3).committed(d[3])
+    assert _Repair(second, fates2, task=3).round == 2
+    # A repair that committed everything: nothing is outstanding, the batch is complete.
+    assert _outstanding(second, fates + [True, True]) == []
+    # Without digests nothing can be recognised: every row is written again.
+    bare = [e._replace(digest=None) for e in first]
+    assert not _Repair(bare, fates, task=0).committed(d[0])
 
 
 def test_transactional_ids_and_marker_group_follow_from_prefix_query_and_task():
@@ -497,6 +601,7 @@ def test_exactly_once_task_refuses_a_checkpoint_older_than_the_marker(monkeypatc
 
     class Store:
         group = "app-q"
+        client = None
 
         def __init__(self, config, group):
             pass
@@ -507,7 +612,12 @@ def test_exactly_once_task_refuses_a_checkpoint_older_than_the_marker(monkeypatc
         def __exit__(self, *exc):
             return None
 
-        def committed_batches(self):
+        def fetch(self):
+            # The marker of batch committed - 1, with no transaction (nothing was written).
+            return {("out", 0): (committed, exactly_once.encode_marker(committed - 1, []))} \
+                if committed else {}
+
+        def committed_batches(self, offsets):
             return committed
 
     class Written(Exception):
