@@ -64,9 +64,11 @@ class RowsDigest:
             h.update(b"\x01")
             h.update(np.asarray(pc.fill_null(pc.list_value_length(headers), -1),
                                 dtype=np.int64).tobytes())
-            entries = headers.flatten()
-            _binary(h, entries.field(0).cast("binary") if len(entries) else entries.field(0))
-            _binary(h, entries.field(1))
+            # The entries may be a slice of the struct's children (headers cut out of a larger
+            # list array): StructArray.flatten gives the children of that slice.
+            keys, values = headers.flatten().flatten()
+            _binary(h, keys)
+            _binary(h, values)
         if partitions is None:
             h.update(b"\x00")
         else:
