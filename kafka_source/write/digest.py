@@ -47,52 +47,49 @@ class RowsDigest:
 
     def __init__(self):
         self._hash = hashlib.sha256()
-        self.rows = 0
 
     def update(self, topic: str, values, keys=None, headers=None, partitions=None) -> None:
+        import pyarrow.compute as pc
+
         h = self._hash
         name = topic.encode("utf-8")
         h.update(_GROUP.pack(len(name), len(values)))
         h.update(name)
         _binary(h, values)
         _binary(h, keys)
-        if headers is None:
-            h.update(b"\x00")
-        else:
-            import pyarrow.compute as pc
-
-            h.update(b"\x01")
-            h.update(np.asarray(pc.fill_null(pc.list_value_length(headers), -1),
-                                dtype=np.int64).tobytes())
+        if _present(h, headers):
+            _ints(h, pc.list_value_length(headers))
             # The entries may be a slice of the struct's children (headers cut out of a larger
             # list array): StructArray.flatten gives the children of that slice.
-            keys, values = headers.flatten().flatten()
-            _binary(h, keys)
-            _binary(h, values)
-        if partitions is None:
-            h.update(b"\x00")
-        else:
-            h.update(b"\x01")
-            h.update(np.asarray(partitions.fill_null(-1), dtype=np.int64).tobytes())
-        self.rows += len(values)
+            header_keys, header_values = headers.flatten().flatten()
+            _binary(h, header_keys)
+            _binary(h, header_values)
+        if _present(h, partitions):
+            _ints(h, partitions)
 
     def digest(self) -> bytes:
         return self._hash.digest()[:DIGEST_SIZE]
 
 
+def _present(h, array) -> bool:
+    """Mark whether a column is there; True if it is."""
+    h.update(b"\x00" if array is None else b"\x01")
+    return array is not None
+
+
+def _ints(h, array) -> None:
+    """An integer column as int64, -1 for null."""
+    h.update(np.asarray(array.fill_null(-1), dtype=np.int64).tobytes())
+
+
 def _binary(h, array) -> None:
     """Lengths (-1 for null) and then the bytes of a binary or string ``array``."""
-    if array is None:
-        h.update(b"\x00")
-        return
     import pyarrow.compute as pc
 
-    h.update(b"\x01")
-    n = len(array)
-    if n == 0:
+    if not _present(h, array) or len(array) == 0:
         return
-    lengths = np.asarray(pc.fill_null(pc.binary_length(array), -1), dtype=np.int64)
-    h.update(lengths.tobytes())
+    n = len(array)
+    _ints(h, pc.binary_length(array))
     wide = array.type.id in (_large_binary_id(), _large_string_id())
     offsets = np.frombuffer(array.buffers()[1], dtype=np.int64 if wide else np.int32)
     start, end = int(offsets[array.offset]), int(offsets[array.offset + n])
