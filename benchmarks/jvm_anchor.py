@@ -6,6 +6,10 @@ connector jars do not link against the PySpark pykafka runs on), started as a se
 It times ``spark.read.format("kafka")`` (``count(*)``, ``sum(length(value))``) or an AvailableNow
 stream into the noop sink, after one warm-up run, and prints one JSON line. "Tuned" adds
 ``kafka.max.poll.records=20000`` and ``kafka.max.partition.fetch.bytes=4 MiB``.
+``mode="write"`` times Spark's JVM Kafka sink instead: ``records`` generated rows (``WRITE_SOURCE``
+in ``read.py``) written with ``df.write.format("kafka")`` and ``kafka.compression.type=codec``
+into the existing topics ``TOPIC-0`` .. ``TOPIC-RUNS`` (one per run, warm-up included); "tuned"
+there is ``kafka.batch.size=256 KiB``, ``kafka.linger.ms=5``.
 ``SPARK_JVM_KAFKA_ANCHOR`` points at another copy of the tool.
 """
 
@@ -28,12 +32,17 @@ def anchor_path() -> Path | None:
 
 def run_anchor(path: Path, *, bootstrap: str, topic: str, mode: str, runs: int, master: str,
                max_offsets_per_trigger: int | None = None, tuned: bool = False,
+               records: int | None = None, codec: str | None = None,
                timeout_s: float = 1800) -> dict:
     """One anchor invocation (warm-up + ``runs`` timed runs); its JSON result."""
     cmd = [str(path), "--bootstrap", bootstrap, "--topic", topic, "--mode", mode,
            "--runs", str(runs), "--master", master]
     if max_offsets_per_trigger:
         cmd += ["--max-offsets-per-trigger", str(max_offsets_per_trigger)]
+    if records is not None:
+        cmd += ["--records", str(records)]
+    if codec is not None:
+        cmd += ["--codec", codec]
     if tuned:
         cmd.append("--tuned")
     # Its own venv and PySpark: none of this process's Spark settings may leak into it.

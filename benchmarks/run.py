@@ -42,12 +42,14 @@ What it does:
    end of the first trigger (pykafka and the floor; the JVM anchor does not report it).
 6. Idle trigger: the driver-side cost of a micro-batch trigger with no new data
    (``latestOffset`` + ``partitions``), against 50 ms, on each broker.
-7. Write throughput (``write_bench.py``), on the first broker only: pykafka's sink
+7. Write throughput (``write_bench.py``): on the first broker, pykafka's sink
    (``df.write.format("pykafka")``) at ``local[2]`` against a plain confluent-kafka producer loop
    (plain and idempotent) and a kafka-python producer loop, ``--records`` x ``--size`` B to a
-   fresh ``--partitions`` topic per run, codecs ``--write-codecs`` (none, lz4); every run's
-   records counted from the topic's end offsets and read back. ``--only write`` runs just this
-   part, ``--only read`` skips it.
+   fresh ``--partitions`` topic per run, codecs ``--write-codecs`` (none, lz4); on every broker,
+   pykafka's sink against Spark's JVM Kafka sink (the anchor's ``--mode write``, plain and tuned,
+   ``--jvm-variants``) on the same generated rows; every run's records counted from the topic's
+   end offsets (pykafka's also read back). ``--only write`` runs just this part, ``--only read``
+   skips it.
 8. Prints the tables and PASS/FAIL lines for the targets, writes JSON to
    ``benchmarks/results/<timestamp>.json`` (and ``--json PATH``).
 
@@ -1157,6 +1159,15 @@ class Bench:
         self.memory: list[dict] = []
         self.idle: list[dict] = []
         self.write: dict | None = None
+        self.write_jvm: list[dict] = []  # per broker: pykafka's sink against Spark's JVM sink
+        # The write benchmark's JVM sink: the anchor's --mode write, whatever --readers says.
+        self.write_anchor = jvm_anchor.anchor_path() if args.jvm == "auto" else None
+        self.write_jvm_note = None
+        if args.jvm == "off":
+            self.write_jvm_note = "Spark's JVM sink: not run (--jvm off)"
+        elif self.write_anchor is None:
+            self.write_jvm_note = (f"Spark's JVM sink: not run, its anchor is not on this machine "
+                                   f"({jvm_anchor.DEFAULT_ANCHOR}; see ../shared/README.md)")
         self.anchor = jvm_anchor.anchor_path() \
             if args.jvm == "auto" and "pykafka" in args.readers else None
         self.jvm_note = None
@@ -1309,6 +1320,21 @@ class Bench:
             if self.write:
                 self.write["broker"] = label
                 self.failures.extend(self.write["failures"])
+        if (args.only != "read" and write_bench.PYKAFKA in args.writers and args.write_codecs
+                and self.write_anchor is not None):
+            # On every broker: pykafka's sink against Spark's JVM sink, the same generated rows
+            # (without the anchor the report says why it did not run).
+            cfg = write_bench.WriteConfig(
+                records=args.records, partitions=args.partitions,
+                codecs=tuple(args.write_codecs), runs=args.runs, warmups=args.warmups,
+                timeout_s=args.timeout, options=args.write_options, fetch_hw=is_tansu,
+                verify_content=args.write_verify == "content")
+            section = self.guarded(f"write vs Spark's JVM sink ({label})",
+                                   write_bench.run_jvm_compare, cfg, bootstrap, start_spark,
+                                   self.write_anchor, variants=args.jvm_variants, broker=label)
+            if section:
+                self.write_jvm.append(section)
+                self.failures.extend(section["failures"])
 
     def check_floor_tasks(self, rows: list[dict]) -> None:
         """The floor must run as many input partitions as pykafka (batch reads; streams use the
@@ -1368,8 +1394,6 @@ def main(argv=None) -> int:
                     "config": {k: v for k, v in vars(args).items() if k not in ("json",)}}
     bench = Bench(args)
     specs, broker_notes = broker_plan(args.brokers)
-    if args.only == "write":
-        specs = specs[:1]                 # the write benchmark runs on the first broker only
     for note in broker_notes:
         log(note)
         if not note.startswith("--brokers not used"):
@@ -1381,7 +1405,8 @@ def main(argv=None) -> int:
     add_ratios(bench.results)
     results = sort_results(bench.results, args.codecs, labels, args.values)
     checks = targets(results, bench.memory, bench.idle, bench.jvm_rows) + (
-        bench.write["targets"] if bench.write else [])
+        bench.write["targets"] if bench.write else []) + [
+        t for section in bench.write_jvm for t in section["targets"]]
     report.update({
         "brokers": bench.brokers, "broker_notes": broker_notes, "topics": bench.topics,
         "results": results, "memory": bench.memory, "idle_trigger": bench.idle,
@@ -1393,7 +1418,11 @@ def main(argv=None) -> int:
                                "anchor": str(bench.anchor) if bench.anchor else None,
                                "master": ANCHOR_MASTER, "variants": args.jvm_variants,
                                "startup_note": STARTUP_NOTE},
-        "write": bench.write, "targets": checks, "correctness_failures": bench.failures,
+        "write": bench.write,
+        "write_vs_spark_jvm_kafka": {"sections": bench.write_jvm, "note": bench.write_jvm_note,
+                                     "anchor": str(bench.write_anchor) if bench.write_anchor
+                                     else None},
+        "targets": checks, "correctness_failures": bench.failures,
         "errors": bench.errors, "duration_s": round(time.time() - started, 1)})
 
     print()
@@ -1435,6 +1464,9 @@ def main(argv=None) -> int:
         print()
         print(f"write benchmark on Kafka {bench.write['broker']}:")
         write_bench.print_write_report(bench.write)
+        print()
+    if bench.write_jvm or (bench.write_jvm_note and args.only != "read"):
+        write_bench.print_jvm_write_report(bench.write_jvm, bench.write_jvm_note)
         print()
     for c in checks:
         print(f"{'PASS' if c['pass'] else 'FAIL'}  {c['target']}: {c['value']}")

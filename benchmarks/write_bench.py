@@ -1,5 +1,5 @@
-"""Write throughput: pykafka's sink against plain Kafka producer loops, on the same broker, in one
-run (issue 10).
+"""Write throughput: pykafka's sink against plain Kafka producer loops (issue 10) and against Spark's
+JVM Kafka sink (issue 18), on the same broker, in one run.
 
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/python benchmarks/run.py --only write
     make bench BENCH_ARGS="--only write --write-codecs lz4 --runs 5"
@@ -35,8 +35,18 @@ bytes and a sum of CRC-32s): a record lost, duplicated or altered fails the run,
 benchmark's exit status. The report also has each run's on-disk log size (DescribeLogDirs),
 which shows that the codec was applied and how well the writer batched.
 
-Spark's JVM Kafka sink is not measured: the anchor (``../shared/anchors/spark-jvm-kafka``) only
-reads (``read.py`` has no write mode), and it is not ours to change.
+Against Spark's JVM Kafka sink (issue 18; :func:`run_jvm_compare`, on every broker of the run):
+the anchor (``../shared/anchors/spark-jvm-kafka/run --mode write``, see ``jvm_anchor.py``) writes
+``spark.range(N, numPartitions=2).selectExpr(*JVM_WRITE_SOURCE)`` (1000 string keys, 100-byte hex
+values) with ``df.write.format("kafka")`` at ``local[2]``, plain and tuned (``kafka.batch.size``
+256 KiB, ``kafka.linger.ms`` 5), into topics PREFIX-0 .. PREFIX-RUNS of ``--partitions``
+partitions that this module creates before and deletes after (one warm-up run, the anchor's
+median of the rest). ``pykafka local[2] (generated rows)`` writes the very same DataFrame the same
+way, ``df.write.format("pykafka").mode("append")`` with the sink's defaults (plus bootstrap,
+topic, codec): warm-up, then ``--runs`` runs, each to a fresh topic, checked as above (end offsets
+add up; the records read back and compared with the rows Spark generates, recomputed here with
+hashlib). The JVM sink's topics are checked by their end offsets. pykafka's session is stopped
+before the anchor runs, so each Spark has the machine to itself.
 """
 
 from __future__ import annotations
@@ -52,7 +62,7 @@ import time
 import traceback
 import uuid
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from report import fmt, print_grouped_table
@@ -71,8 +81,16 @@ TARGET_MASTER = "local[2]"
 RATIO_TARGET = 1.0            # pykafka local[2] records/s over the confluent-kafka loop's
 KEY_CARDINALITY = 100_000     # distinct keys of the keyed variant
 MB = 1_000_000
-JVM_NOTE = ("not run: Spark's JVM Kafka anchor (../shared/anchors/spark-jvm-kafka: run, read.py) "
-            "has no write mode, it only times spark.read / readStream")
+# The rows the JVM comparison writes: the anchor's WRITE_SOURCE (read.py), the same for both sinks.
+JVM_WRITE_SOURCE = ("CAST(id % 1000 AS STRING) AS key",
+                    "substr(concat(sha2(CAST(id AS STRING), 256), sha2(CAST(id * 7 AS STRING), "
+                    "256)), 1, 100) AS value")
+JVM_WRITE_SLICES = 2                 # spark.range(N, numPartitions=2), as the anchor
+JVM_WRITE_SIZE = 100                 # bytes per generated value
+JVM_VARIANTS = ("plain", "tuned")
+JVM_TUNED = {"kafka.batch.size": str(256 << 10), "kafka.linger.ms": "5"}
+GENERATED = f"{PYKAFKA} {TARGET_MASTER} (generated rows)"
+JVM_RATIO_TARGET = 1.2               # issue 18: pykafka / Spark's tuned JVM sink, none and lz4
 
 
 def log(msg: str) -> None:
@@ -131,7 +149,8 @@ def _admin(bootstrap: str):
 def new_topic(bootstrap: str, codec: str, writer: str, partitions: int) -> str:
     from kafka_source.testing import create_topic
 
-    slug = writer.replace(" ", "-").replace("[", "").replace("]", "")
+    slug = "".join(c if c.isalnum() or c in "._" else "-" for c in writer.replace("[", "")
+                   .replace("]", "").replace("(", "").replace(")", "")).strip("-")
     topic = f"bench-write-{codec}-{slug}-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic, partitions=partitions)
     return topic
@@ -561,7 +580,7 @@ def run_write_bench(cfg: WriteConfig, bootstrap: str, start_spark) -> dict:
     add_ratios(rows)
     return {"config": {k: v for k, v in vars(cfg).items()}, "rows": rows,
             "targets": write_targets(rows, cfg.codecs, cfg.keyed), "failures": failures,
-            "jvm_sink": JVM_NOTE, "duration_s": round(time.time() - started, 1)}
+            "duration_s": round(time.time() - started, 1)}
 
 
 def sort_rows(rows: list[dict], codecs) -> list[dict]:
@@ -639,4 +658,196 @@ def print_write_report(section: dict) -> None:
     for r in section["rows"]:
         if r.get("error"):
             print(f"  {r['writer']} {r['codec']}: {r['error']}")
-    print(f"Spark's JVM Kafka sink: {section['jvm_sink']}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Against Spark's JVM Kafka sink (issue 18): the same generated rows, the same broker, one run
+# ---------------------------------------------------------------------------------------------
+
+def generated_fingerprint(records: int) -> tuple[int, int, int]:
+    """:func:`fingerprint_of` the rows ``JVM_WRITE_SOURCE`` generates for ids 0 .. records-1
+    (Spark's ``sha2(s, 256)`` is the lower-case hex SHA-256 of the string's UTF-8)."""
+    from hashlib import sha256
+
+    crc = zlib.crc32
+    nbytes = total = 0
+    for i in range(records):
+        v = (sha256(b"%d" % i).hexdigest() + sha256(b"%d" % (i * 7)).hexdigest())[
+            :JVM_WRITE_SIZE].encode()
+        nbytes += len(v)
+        total += crc(v, crc(b"%d\0" % (i % 1000)))
+    return records, nbytes, total % (1 << 64)
+
+
+def generated_frame(spark, records: int):
+    return spark.range(records, numPartitions=JVM_WRITE_SLICES).selectExpr(*JVM_WRITE_SOURCE)
+
+
+def run_jvm_sink(anchor, bootstrap: str, cfg: WriteConfig, codec: str, variant: str,
+                 master: str = TARGET_MASTER) -> dict:
+    """One anchor invocation (a warm-up and ``cfg.runs`` timed writes into topics of its own,
+    created here and deleted after their end offsets were checked); its JSON line plus the
+    1-minute load average at its start and end."""
+    import jvm_anchor
+    from kafka_source.testing import create_topic
+
+    prefix = f"bench-write-jvm-{codec}-{variant}-{uuid.uuid4().hex[:8]}"
+    topics = [f"{prefix}-{i}" for i in range(cfg.runs + 1)]
+    try:
+        for t in topics:
+            create_topic(bootstrap, t, partitions=cfg.partitions)
+        load = os.getloadavg()[0]
+        out = jvm_anchor.run_anchor(anchor, bootstrap=bootstrap, topic=prefix, mode="write",
+                                    runs=cfg.runs, master=master, tuned=variant == "tuned",
+                                    records=cfg.records, codec=codec)
+        out["load_1m_start"], out["load_1m_end"] = round(load, 2), round(os.getloadavg()[0], 2)
+        out["log_bytes"] = []
+        for t in topics:
+            facts = check_topic(bootstrap, t, cfg.partitions, cfg.records,
+                                f"Spark's JVM sink ({variant})", cfg.fetch_hw)
+            if facts["log_bytes"] is not None:
+                out["log_bytes"].append(facts["log_bytes"])
+        return out
+    finally:
+        if not cfg.keep_topics:
+            for t in topics:
+                delete_topic(bootstrap, t)
+
+
+def run_jvm_compare(cfg: WriteConfig, bootstrap: str, start_spark, anchor,
+                    variants=JVM_VARIANTS, broker: str = "") -> dict:
+    """pykafka's sink and Spark's JVM sink (``variants`` of plain, tuned) on the same generated
+    rows, per codec of ``cfg.codecs``, on one broker. ``anchor`` None: pykafka alone, and the
+    section says the JVM sink did not run. Returns ``{"rows", "targets", "failures", ...}``."""
+    from procmon import ProcessMonitor
+
+    started = time.time()
+    failures: list[str] = []
+    # keyed: the read-back fingerprint covers the keys; size: the generated values' 100 bytes.
+    gcfg = replace(cfg, keyed=True, size=JVM_WRITE_SIZE, warmups=max(1, cfg.warmups),
+                   expected=generated_fingerprint(cfg.records) if cfg.verify_content else None)
+    series = {codec: Series(GENERATED, codec, settings=pykafka_settings(),
+                            extra={"tasks": JVM_WRITE_SLICES, "options": cfg.options or None,
+                                   "rss_of": "largest executor Python worker"})
+              for codec in cfg.codecs}
+    log(f"write vs Spark's JVM sink (Kafka {broker}): starting Spark {TARGET_MASTER} ...")
+    spark = None
+    try:
+        spark = start_spark(TARGET_MASTER)
+        df = generated_frame(spark, cfg.records)
+        for codec, s in series.items():
+            def do(topic, codec=codec):
+                with ProcessMonitor(interval=0.1) as monitor:
+                    monitor.reset()
+                    seconds = pykafka_write_once(df, bootstrap, topic, codec, cfg.options)
+                    return seconds, {"peak_rss_mb": monitor.peaks_mb().get("executor")}
+            for i in range(gcfg.warmups + gcfg.runs):
+                log(f"{GENERATED} {codec} run {i + 1}/{gcfg.warmups + gcfg.runs}"
+                    f"{' (warm-up)' if i < gcfg.warmups else ''}")
+                try:
+                    one_run(s, bootstrap, gcfg, do)
+                except Exception as exc:  # noqa: BLE001 - record it, go on
+                    s.error = short_error(exc)
+                    failures.append(f"write {GENERATED} {codec} (Kafka {broker}): {s.error}")
+                    tag = ("CORRECTNESS FAILURE" if isinstance(exc, WriteCorrectnessError)
+                           else "FAILED")
+                    log(f"{tag}: {GENERATED} {codec}: {s.error}\n{traceback.format_exc()}")
+                    break
+    except Exception as exc:  # noqa: BLE001 - e.g. Spark did not start
+        failures.append(f"write {GENERATED} (Kafka {broker}): {short_error(exc)}")
+        log(f"FAILED: {GENERATED}: {short_error(exc)}\n{traceback.format_exc()}")
+        for s in series.values():
+            s.error = s.error or short_error(exc)
+    finally:
+        if spark is not None:
+            spark.stop()      # the JVM sink gets the machine to itself
+
+    rows = []
+    for codec, s in series.items():
+        mine = summarize(s, gcfg)
+        row = {"broker": broker, "codec": codec, "records": cfg.records,
+               "partitions": cfg.partitions, "pykafka": mine}
+        for variant in (variants if anchor is not None else ()):
+            key = "jvm_tuned" if variant == "tuned" else "jvm"
+            log(f"Spark's JVM sink ({variant}) {codec} (Kafka {broker}; 1 warm-up + "
+                f"{cfg.runs} runs) ...")
+            try:
+                out = run_jvm_sink(anchor, bootstrap, cfg, codec, variant)
+                row[key] = out
+                log(f"  {out['records_per_s']:,.0f} records/s, median {out['seconds_median']:.3f} s"
+                    f" (load {out['load_1m_start']:.2f} .. {out['load_1m_end']:.2f})")
+            except Exception as exc:  # noqa: BLE001 - a JVM failure or a wrong count
+                row[key] = {"error": short_error(exc)}
+                failures.append(f"write: Spark's JVM sink {variant} {codec} (Kafka {broker}): "
+                                f"{short_error(exc)}")
+                log(f"FAILED: Spark's JVM sink {variant} {codec}: {short_error(exc)}")
+        mine_rps = mine.get("records_per_s")
+        for key in ("jvm", "jvm_tuned"):
+            theirs = (row.get(key) or {}).get("records_per_s")
+            row[f"ratio_vs_{key}"] = round(mine_rps / theirs, 3) if mine_rps and theirs else None
+        rows.append(row)
+
+    targets = []
+    if anchor is not None and "tuned" in variants:
+        for row in rows:
+            if row["codec"] not in WRITE_CODECS:
+                continue
+            ratio = row["ratio_vs_jvm_tuned"]
+            targets.append({"target": f"write: pykafka {TARGET_MASTER} / Spark's tuned JVM sink "
+                                      f"(generated rows, {row['codec']}, Kafka {broker}) >= "
+                                      f"{JVM_RATIO_TARGET:.1f}x",
+                            "value": "error" if ratio is None else ratio,
+                            "pass": ratio is not None and ratio >= JVM_RATIO_TARGET})
+    return {"broker": broker, "rows": rows, "targets": targets, "failures": failures,
+            "runs": cfg.runs,
+            "variants": list(variants) if anchor is not None else [],
+            "anchor": str(anchor) if anchor is not None else None,
+            "source": f"spark.range(N, numPartitions={JVM_WRITE_SLICES}).selectExpr"
+                      f"{JVM_WRITE_SOURCE}",
+            "jvm_tuned_options": JVM_TUNED, "duration_s": round(time.time() - started, 1)}
+
+
+def print_jvm_write_report(sections: list[dict], note: str | None) -> None:
+    """One table for every broker: pykafka against the JVM sink on the generated rows."""
+    if not sections:
+        if note:
+            print(f"write vs Spark's JVM Kafka sink: {note}")
+        return
+    table = []
+    for sec in sections:
+        for row in sec["rows"]:
+            mine = row["pykafka"]
+
+            def cell(d):
+                if not d:
+                    return "-"
+                if d.get("error"):
+                    return "FAILED"
+                return fmt(d.get("records_per_s"), ",.0f")
+
+            loads = list(mine.get("load_1m") or [])
+            for key in ("jvm", "jvm_tuned"):
+                d = row.get(key) or {}
+                loads += [d[k] for k in ("load_1m_start", "load_1m_end") if k in d]
+            table.append((row["broker"], row["codec"],
+                          "FAILED" if mine.get("error") else fmt(mine.get("records_per_s"),
+                                                                 ",.0f"),
+                          cell(row.get("jvm")), cell(row.get("jvm_tuned")),
+                          fmt(row.get("ratio_vs_jvm"), ".2f"),
+                          fmt(row.get("ratio_vs_jvm_tuned"), ".2f"),
+                          f"{min(loads):.2f}-{max(loads):.2f}" if loads else "-"))
+    print(f"write vs Spark's JVM Kafka sink: {sections[0]['rows'][0]['records']:,} generated rows"
+          f" (spark.range(N, numPartitions=2), 1000 keys, 100-byte values) into a fresh "
+          f"{sections[0]['rows'][0]['partitions']}-partition topic per run, local[2], each "
+          f"sink's defaults + codec (JVM tuned: batch.size 256 KiB, linger.ms 5); records/s, "
+          f"median of {sections[0]['runs']} runs after a warm-up:")
+    print_grouped_table(("broker", "codec", "pykafka", "JVM", "JVM tuned", "pk/JVM",
+                         "pk/JVM tuned", "load 1m"), table, left=2)
+    for sec in sections:
+        for row in sec["rows"]:
+            for key in ("pykafka", "jvm", "jvm_tuned"):
+                err = (row.get(key) or {}).get("error")
+                if err:
+                    print(f"  {key} {row['codec']} (Kafka {row['broker']}): {err}")
+    if note:
+        print(note)
