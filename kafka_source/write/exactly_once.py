@@ -95,8 +95,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from ..errors import KafkaSourceError
 from .marker import (MarkerAccessError, MarkerEntry, MarkerStore, TransactionCommitError,
-                     decode_marker, encode_marker, entry_transactional_id, marker_group,
-                     transactional_id)
+                     decode_marker, encode_marker, marker_group, transactional_id)
 
 if TYPE_CHECKING:
     from ..wire.net.client import BrokerClient
@@ -114,13 +113,34 @@ class CheckpointBehindMarkerError(KafkaSourceError):
     committed: its checkpoint is older than the marker (an older copy was restored)."""
 
 
+# EndTxn, for the tasks of a re-run and for the driver
+
+class _Ends:
+    """EndTxn through one connection set for all of a batch's transactions."""
+
+    def __init__(self, client: "BrokerClient"):
+        self.client = client
+
+    def end(self, options, handle, commit: bool) -> None:
+        from .producer import end_transaction
+
+        end_transaction(options.client_config, handle, commit, client=self.client)
+
+    def end_quietly(self, options, handle, commit: bool) -> None:
+        try:
+            self.end(options, handle, commit)
+        except Exception:  # noqa: BLE001 - best effort: the broker aborts it at the timeout
+            log.warning("Could not %s transaction '%s'", "commit" if commit else "abort",
+                        handle.transactional_id, exc_info=True)
+
+
 # --- executor side ------------------------------------------------------------------------------
 
 def write_exactly_once(options, columns, batches, *, query_id: str, batch_id: int, task: int):
     """One exactly-once write task (see the module docstring). Returns a SinkCommitMessage."""
     from .digest import RowsDigest
     from .partitioner import partitions_for_keys
-    from .producer import Producer
+    from .producer import Producer, end_transaction
     from .task import SinkCommitMessage, acked_records, send_batches
 
     prefix = options.transactional_id_prefix
@@ -142,8 +162,9 @@ def write_exactly_once(options, columns, batches, *, query_id: str, batch_id: in
         repair = None
         if done > batch_id:
             entries = _recorded_entries(offsets, batch_id, store.group)
-            fates = _settle(options, store.client, prefix, query_id, entries)
-            if not _outstanding(entries, fates):
+            fates = _settle(options, _Ends(store.client), prefix, query_id, entries)
+            outstanding = _outstanding(entries, fates)
+            if not outstanding:
                 log.info("Exactly-once batch %d was committed before the restart: task %d "
                          "writes nothing.", batch_id, task)
                 for _ in batches:  # Spark feeds the rows anyway; take them and drop them
@@ -153,13 +174,12 @@ def write_exactly_once(options, columns, batches, *, query_id: str, batch_id: in
             log.warning("Exactly-once batch %d was recorded as committed before a restart, but "
                         "%d of its %d transaction(s) were aborted by the broker: task %d writes "
                         "its rows again unless they are those of a committed transaction.",
-                        batch_id, len(_outstanding(entries, fates)), len(fates), task)
+                        batch_id, len(outstanding), len(fates), task)
     # Creating the producer initialises the transactional id: that fences any earlier attempt
     # of this task slot (a failed task, a run before a crash) and aborts its open transaction
     # at once -- also when this attempt has nothing to write. A repair writes under an id of
     # its round, leaving the ids of the transactions it settled alone.
-    tid = transactional_id(prefix, query_id, task) if repair is None else \
-        entry_transactional_id(prefix, query_id, MarkerEntry(task, 0, 0, None, repair.round))
+    tid = transactional_id(prefix, query_id, task, 0 if repair is None else repair.round)
     producer = Producer(options.client_config, options.transactional_settings(tid))
     digest = RowsDigest()
     try:
@@ -175,7 +195,7 @@ def write_exactly_once(options, columns, batches, *, query_id: str, batch_id: in
     if repair is not None and handle is not None and repair.committed(written):
         log.info("Exactly-once batch %d, task %d: its rows are those of a committed "
                  "transaction; the rewrite is aborted.", batch_id, task)
-        _end_txn(options.client_config, handle, commit=False)
+        end_transaction(options.client_config, handle, commit=False)
         return SinkCommitMessage(task=task, query_id=query_id, skipped=True, matched=written)
     return SinkCommitMessage(task=task, records=records, query_id=query_id, transaction=handle,
                              digest=written if handle is not None else None,
@@ -198,8 +218,8 @@ class _Repair:
         self.round = max(e.round for e in entries) + 1
         self._committed = {e.digest for e, ok in zip(entries, fates) if ok and e.digest}
         self._aborted = {e.digest for e in _outstanding(entries, fates) if e.digest}
-        own = sorted((e.round, ok, e) for e, ok in zip(entries, fates) if e.task == task)
-        self._own = (own[-1][2], own[-1][1]) if own else None
+        self._own = max(((e, ok) for e, ok in zip(entries, fates) if e.task == task),
+                        key=lambda own: own[0].round, default=None)
 
     def committed(self, digest: bytes) -> bool:
         """Whether rows of this ``digest`` are in a committed transaction and in no aborted
@@ -226,7 +246,7 @@ def _recorded_entries(offsets, batch_id: int, group: str) -> list[MarkerEntry]:
     return entries
 
 
-def _settle(options, client, prefix: str, query_id: str,
+def _settle(options, ends: "_Ends", prefix: str, query_id: str,
             entries: Sequence[MarkerEntry]) -> list[bool]:
     """Commit every transaction the marker records (EndTxn; committing a committed one
     succeeds, and one still open is committed, as the marker says); per entry, True if it is
@@ -236,20 +256,14 @@ def _settle(options, client, prefix: str, query_id: str,
     fates = []
     for e in entries:
         # EndTxn needs no partitions; a handle without any would be skipped as empty.
-        handle = TransactionHandle(entry_transactional_id(prefix, query_id, e), e.producer_id,
-                                   e.epoch, (("", 0),))
+        handle = TransactionHandle(transactional_id(prefix, query_id, e.task, e.round),
+                                   e.producer_id, e.epoch, (("", 0),))
         try:
-            _end_txn(options.client_config, handle, commit=True, client=client)
+            ends.end(options, handle, commit=True)
             fates.append(True)
         except TransactionFencedError:
             fates.append(False)
     return fates
-
-
-def _end_txn(client_config, handle, commit: bool, client=None) -> None:
-    from .producer import end_transaction
-
-    end_transaction(client_config, handle, commit, client=client)
 
 
 # --- driver side --------------------------------------------------------------------------------
@@ -280,6 +294,7 @@ def check_marker_access(options) -> None:
                         "marker on topic '%s' (READ on it): %s If READ is granted on this "
                         "query's own group only, this warning is expected.", options.topic, exc)
 
+
 def _written(messages) -> list:
     """(task, handle) of every task that left a transaction to commit, by task."""
     return sorted(((m.task, m.transaction) for m in messages
@@ -293,25 +308,6 @@ def _query_id(messages) -> str | None:
     return None
 
 
-class _Ends:
-    """EndTxn through one connection set for all of a batch's transactions."""
-
-    def __init__(self, client: "BrokerClient"):
-        self.client = client
-
-    def end(self, options, handle, commit: bool) -> None:
-        from .producer import end_transaction
-
-        end_transaction(options.client_config, handle, commit, client=self.client)
-
-    def end_quietly(self, options, handle, commit: bool) -> None:
-        try:
-            self.end(options, handle, commit)
-        except Exception:  # noqa: BLE001 - best effort: the broker aborts it at the timeout
-            log.warning("Could not %s transaction '%s'", "commit" if commit else "abort",
-                        handle.transactional_id, exc_info=True)
-
-
 def commit_batch(options, messages: Sequence, batch_id: int) -> None:
     """The driver's commit of exactly-once micro-batch ``batch_id`` (module docstring)."""
     query_id = _query_id(messages)
@@ -323,24 +319,29 @@ def commit_batch(options, messages: Sequence, batch_id: int) -> None:
         ends = _Ends(store.client)
         offsets = store.fetch()
         if store.committed_batches(offsets) > batch_id:
-            _commit_rerun(options, messages, batch_id, store, offsets, ends)
+            _commit_rerun(options, messages, written, query_id, batch_id, store, offsets, ends)
             return
         if not written:
             log.info("Exactly-once batch %d: no records written.", batch_id)
             return
-        by_task = {m.task: m for m in messages if m is not None}
-        entries = [MarkerEntry(task, h.producer_id, h.producer_epoch, by_task[task].digest)
-                   for task, h in written]
-        topic = min(t for _, h in written for t, _ in h.partitions)
-        _record(store, topic, batch_id, entries)
+        _record(store, written, batch_id, _entries_of(messages, written))
         _end_all(options, ends, written, store, batch_id)
 
 
-def _record(store: "MarkerStore", topic: str, batch_id: int,
+def _entries_of(messages, written) -> list[MarkerEntry]:
+    """The marker entries of the transactions ``written`` (:func:`_written`) by ``messages``."""
+    by_task = {m.task: m for m in messages if m is not None}
+    return [MarkerEntry(task, h.producer_id, h.producer_epoch, by_task[task].digest,
+                        by_task[task].repair_round) for task, h in written]
+
+
+def _record(store: "MarkerStore", written, batch_id: int,
             entries: Sequence[MarkerEntry]) -> None:
-    """Commit the marker of ``batch_id`` with ``entries``; without their digests if the
-    broker's offset.metadata.max.bytes has no room for them (a repair then cannot tell the
-    rows of committed transactions from others, and writes them all again)."""
+    """Commit the marker of ``batch_id`` with ``entries``, on partition 0 of a topic
+    ``written`` to; without their digests if the broker's offset.metadata.max.bytes has no
+    room for them (a repair then cannot tell the rows of committed transactions from others,
+    and writes them all again)."""
+    topic = min(t for _, h in written for t, _ in h.partitions)
     try:
         store.commit({(topic, 0): (batch_id + 1, encode_marker(batch_id, entries))})
         return
@@ -356,18 +357,16 @@ def _record(store: "MarkerStore", topic: str, batch_id: int,
         batch_id, [e._replace(digest=None) for e in entries]))})
 
 
-def _commit_rerun(options, messages: Sequence, batch_id: int, store: "MarkerStore", offsets,
-                  ends: "_Ends") -> None:
+def _commit_rerun(options, messages: Sequence, written, query_id: str, batch_id: int,
+                  store: "MarkerStore", offsets, ends: "_Ends") -> None:
     """The commit of a re-run of ``batch_id``, whose commit was recorded before a restart:
     finish that commit (EndTxn of every recorded transaction). If the broker had aborted some
     of them, the re-run's tasks wrote those rows again (:class:`_Repair`): record their
     transactions in the marker beside the first ones, then commit them."""
-    prefix = options.transactional_id_prefix
-    query_id = _query_id(messages)
-    written = _written(messages)
     entries = _recorded_entries(offsets, batch_id, store.group)
-    fates = _settle(options, store.client, prefix, query_id, entries)
-    if not _outstanding(entries, fates):
+    fates = _settle(options, ends, options.transactional_id_prefix, query_id, entries)
+    aborted = len(_outstanding(entries, fates))
+    if not aborted:
         # Every task saw the marker complete and wrote nothing; what one wrote anyway would be
         # a duplicate.
         for _, h in written:
@@ -379,19 +378,15 @@ def _commit_rerun(options, messages: Sequence, batch_id: int, store: "MarkerStor
         else:
             log.info("Exactly-once batch %d: committed before.", batch_id)
         return
-    aborted = len(_outstanding(entries, fates))
     if not written:
         raise TransactionCommitError(
             f"Exactly-once batch {batch_id}: {aborted} of its {len(entries)} recorded "
             "transaction(s) were aborted by the broker, and the re-run's tasks found all their "
             "rows in committed transactions -- which cannot be. Nothing more is committed; "
             "report this, with the query's logs.")
-    by_task = {m.task: m for m in messages if m is not None}
-    new = [MarkerEntry(task, h.producer_id, h.producer_epoch, by_task[task].digest,
-                       by_task[task].repair_round) for task, h in written]
     matched = {m.matched for m in messages if m is not None and m.matched}
     unrecognised = [e for e, ok in zip(entries, fates) if ok and e.digest not in matched]
-    records = sum(by_task[t].total for t, _ in written)
+    records = sum(m.total for m in messages if m is not None and m.transaction is not None)
     log.warning("Exactly-once batch %d was recorded as committed before a restart, but the "
                 "broker had aborted %d of its %d transaction(s): committing the %d record(s) "
                 "the re-run wrote again in %d task(s).", batch_id, aborted, len(entries),
@@ -401,8 +396,7 @@ def _commit_rerun(options, messages: Sequence, batch_id: int, store: "MarkerStor
                     "found again in the re-run's tasks (the re-run grouped its rows "
                     "otherwise); some of them may now be in Kafka twice.", batch_id,
                     len(unrecognised))
-    topic = min(t for _, h in written for t, _ in h.partitions)
-    _record(store, topic, batch_id, list(entries) + new)
+    _record(store, written, batch_id, list(entries) + _entries_of(messages, written))
     _end_all(options, ends, written, store, batch_id)
 
 
@@ -451,17 +445,16 @@ def abort_batch(options, messages: Sequence, batch_id: int) -> None:
         return  # no task got far enough to say which query it is: restarts fence the slots
     prefix = options.transactional_id_prefix
     with MarkerStore(options.client_config, marker_group(prefix, query_id)) as store:
+        ends = _Ends(store.client)
         if store.committed_batches() > batch_id:
             log.warning("Exactly-once batch %d failed after its commit was recorded: its "
                         "transactions are committed when the query restarts.", batch_id)
             # A failed repair's own transactions are not in the marker: abort them now
             # rather than hold read_committed readers up until the broker times them out.
-            ends = _Ends(store.client)
             for m in messages:
                 if m is not None and m.transaction is not None and m.repair_round:
                     ends.end_quietly(options, m.transaction, commit=False)
             return
-        ends = _Ends(store.client)
         for _, h in _written(messages):
             ends.end_quietly(options, h, commit=False)
         # Tasks that failed may have left a transaction open: fence their slots now, so that

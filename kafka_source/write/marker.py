@@ -53,8 +53,12 @@ def marker_group(prefix: str, query_id: str) -> str:
     return f"{prefix}-{query_id}"
 
 
-def transactional_id(prefix: str, query_id: str, task: int) -> str:
-    return f"{prefix}-{query_id}-{task}"
+def transactional_id(prefix: str, query_id: str, task: int, round: int = 0) -> str:
+    """The transactional id of task slot ``task``: the same in every run of a micro-batch,
+    another per repair ``round`` (so that a repair never re-initialises -- and so fences -- an
+    id whose transaction's fate the next repair still has to read from EndTxn)."""
+    tid = f"{prefix}-{query_id}-{task}"
+    return tid if round == 0 else f"{tid}.r{round}"
 
 
 # --- the marker's metadata ----------------------------------------------------------------------
@@ -94,21 +98,13 @@ class MarkerEntry(NamedTuple):
     rows written in it (:mod:`.digest`; None when the marker had no room for digests or was
     written by an older version); ``round`` 0 is the batch's first run, ``round`` r > 0 the
     r-th repair of a partly committed batch, whose transactions have ids of their own
-    (:func:`entry_transactional_id`)."""
+    (:func:`transactional_id`)."""
 
     task: int
     producer_id: int
     epoch: int
     digest: bytes | None = None
     round: int = 0
-
-
-def entry_transactional_id(prefix: str, query_id: str, entry: MarkerEntry) -> str:
-    """The transactional id of a marker entry: the task slot's for the first run, another per
-    repair round (so that a repair never re-initialises -- and so fences -- an id whose
-    transaction's fate the next repair still has to read from EndTxn)."""
-    tid = transactional_id(prefix, query_id, entry.task)
-    return tid if entry.round == 0 else f"{tid}.r{entry.round}"
 
 
 def encode_marker(batch_id: int, entries: Iterable[tuple]) -> str:
