@@ -36,6 +36,8 @@ import hashlib
 import struct
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 DIGEST_SIZE = 8
 _GROUP = struct.Struct("<Iq")
@@ -49,8 +51,6 @@ class RowsDigest:
         self._hash = hashlib.sha256()
 
     def update(self, topic: str, values, keys=None, headers=None, partitions=None) -> None:
-        import pyarrow.compute as pc
-
         h = self._hash
         name = topic.encode("utf-8")
         h.update(_GROUP.pack(len(name), len(values)))
@@ -84,27 +84,13 @@ def _ints(h, array) -> None:
 
 def _binary(h, array) -> None:
     """Lengths (-1 for null) and then the bytes of a binary or string ``array``."""
-    import pyarrow.compute as pc
-
     if not _present(h, array) or len(array) == 0:
         return
     n = len(array)
     _ints(h, pc.binary_length(array))
-    wide = array.type.id in (_large_binary_id(), _large_string_id())
+    wide = pa.types.is_large_binary(array.type) or pa.types.is_large_string(array.type)
     offsets = np.frombuffer(array.buffers()[1], dtype=np.int64 if wide else np.int32)
     start, end = int(offsets[array.offset]), int(offsets[array.offset + n])
     data = array.buffers()[2]
     if data is not None and end > start:
         h.update(memoryview(data)[start:end])
-
-
-def _large_binary_id() -> int:
-    import pyarrow as pa
-
-    return pa.large_binary().id
-
-
-def _large_string_id() -> int:
-    import pyarrow as pa
-
-    return pa.large_string().id
