@@ -1168,8 +1168,7 @@ class Bench:
         elif self.write_anchor is None:
             self.write_jvm_note = (f"Spark's JVM sink: not run, its anchor is not on this machine "
                                    f"({jvm_anchor.DEFAULT_ANCHOR}; see ../shared/README.md)")
-        self.anchor = jvm_anchor.anchor_path() \
-            if args.jvm == "auto" and "pykafka" in args.readers else None
+        self.anchor = self.write_anchor if "pykafka" in args.readers else None
         self.jvm_note = None
         if args.only == "write":
             self.jvm_note = "not run (--only write)"
@@ -1323,7 +1322,7 @@ class Bench:
         if (args.only != "read" and write_bench.PYKAFKA in args.writers and args.write_codecs
                 and self.write_anchor is not None):
             # On every broker: pykafka's sink against Spark's JVM sink, the same generated rows
-            # (without the anchor the report says why it did not run).
+            # (without the anchor, write_jvm_note says why it did not run).
             cfg = write_bench.WriteConfig(
                 records=args.records, partitions=args.partitions,
                 codecs=tuple(args.write_codecs), runs=args.runs, warmups=args.warmups,

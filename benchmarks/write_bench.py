@@ -483,11 +483,37 @@ def summarize(s: Series, cfg: WriteConfig) -> dict:
     return row
 
 
+def attempt(s: Series, bootstrap: str, cfg: WriteConfig, do_write, failures: list[str],
+            where: str = "") -> None:
+    """One run of ``s`` (:func:`one_run`) unless it failed before; a failure is recorded on
+    ``s`` and in ``failures`` (``where``: e.g. the broker) and logged, and the others go on."""
+    if s.error is not None:
+        return
+    try:
+        one_run(s, bootstrap, cfg, do_write)
+    except Exception as exc:  # noqa: BLE001 - record it, go on with the other writers
+        s.error = short_error(exc)
+        failures.append(f"write {s.writer} {s.codec}{where}: {s.error}")
+        tag = "CORRECTNESS FAILURE" if isinstance(exc, WriteCorrectnessError) else "FAILED"
+        log(f"{tag}: write {s.writer} {s.codec}: {s.error}\n{traceback.format_exc()}")
+
+
+def pykafka_write(df, bootstrap: str, codec: str, options: dict):
+    """A ``do_write`` for :func:`one_run`: ``df`` written by pykafka's sink, the executors'
+    peak RSS monitored around it only (so the client loops run unobserved)."""
+    from procmon import ProcessMonitor
+
+    def do(topic):
+        with ProcessMonitor(interval=0.1) as monitor:
+            monitor.reset()
+            seconds = pykafka_write_once(df, bootstrap, topic, codec, options)
+            return seconds, {"peak_rss_mb": monitor.peaks_mb().get("executor")}
+    return do
+
+
 def run_write_bench(cfg: WriteConfig, bootstrap: str, start_spark) -> dict:
     """All writers on all codecs; ``start_spark(master)`` gives a SparkSession with pykafka
     registered. Returns the report section: rows, targets, failures."""
-    from procmon import ProcessMonitor
-
     started = time.time()
     failures: list[str] = []
     series: list[Series] = []
@@ -496,17 +522,6 @@ def run_write_bench(cfg: WriteConfig, bootstrap: str, start_spark) -> dict:
     if cfg.verify_content:
         cfg.expected = expected_fingerprint(cfg)
     tmp = tempfile.mkdtemp(prefix="pykafka-bench-write-")
-
-    def attempt(s: Series, do_write) -> None:
-        if s.error is not None:
-            return
-        try:
-            one_run(s, bootstrap, cfg, do_write)
-        except Exception as exc:  # noqa: BLE001 - record it, go on with the other writers
-            s.error = short_error(exc)
-            failures.append(f"write {s.writer} {s.codec}: {s.error}")
-            tag = "CORRECTNESS FAILURE" if isinstance(exc, WriteCorrectnessError) else "FAILED"
-            log(f"{tag}: write {s.writer} {s.codec}: {s.error}\n{traceback.format_exc()}")
 
     def client_write(writer: str, codec: str):
         def do(topic):
@@ -523,21 +538,12 @@ def run_write_bench(cfg: WriteConfig, bootstrap: str, start_spark) -> dict:
             out.append((c, client_write(w, codec)))
         return out
 
-    def pykafka_write(df, codec: str):
-        def do(topic):
-            # Monitored only around pykafka's own runs, so the client loops run unobserved.
-            with ProcessMonitor(interval=0.1) as monitor:
-                monitor.reset()
-                seconds = pykafka_write_once(df, bootstrap, topic, codec, cfg.options)
-                return seconds, {"peak_rss_mb": monitor.peaks_mb().get("executor")}
-        return do
-
     def rounds(entries) -> None:
         for i in range(cfg.warmups + cfg.runs):
             log(f"write round {i + 1}/{cfg.warmups + cfg.runs}"
                 f"{' (warm-up)' if i < cfg.warmups else ''}")
             for s, do in entries:
-                attempt(s, do)
+                attempt(s, bootstrap, cfg, do, failures)
 
     try:
         table = payload_table(cfg.records, cfg.size, cfg.keyed) if masters else None
@@ -557,7 +563,7 @@ def run_write_bench(cfg: WriteConfig, bootstrap: str, start_spark) -> dict:
                                       "options": cfg.options or None,
                                       "rss_of": "largest executor Python worker"})
                     series.append(s)
-                    entries = [(s, pykafka_write(df, codec))]
+                    entries = [(s, pykafka_write(df, bootstrap, codec, cfg.options))]
                     if codec not in clients_done:   # interleaved with the first master's runs
                         entries += client_entries(codec)
                         clients_done.add(codec)
@@ -716,11 +722,9 @@ def run_jvm_sink(anchor, bootstrap: str, cfg: WriteConfig, codec: str, variant: 
 
 def run_jvm_compare(cfg: WriteConfig, bootstrap: str, start_spark, anchor,
                     variants=JVM_VARIANTS, broker: str = "") -> dict:
-    """pykafka's sink and Spark's JVM sink (``variants`` of plain, tuned) on the same generated
-    rows, per codec of ``cfg.codecs``, on one broker. ``anchor`` None: pykafka alone, and the
-    section says the JVM sink did not run. Returns ``{"rows", "targets", "failures", ...}``."""
-    from procmon import ProcessMonitor
-
+    """pykafka's sink and Spark's JVM sink (``variants`` of plain, tuned; ``anchor``: the
+    anchor's path) on the same generated rows, per codec of ``cfg.codecs``, on one broker.
+    Returns ``{"rows", "targets", "failures", ...}``."""
     started = time.time()
     failures: list[str] = []
     # keyed: the read-back fingerprint covers the keys; size: the generated values' 100 bytes.
@@ -736,23 +740,11 @@ def run_jvm_compare(cfg: WriteConfig, bootstrap: str, start_spark, anchor,
         spark = start_spark(TARGET_MASTER)
         df = generated_frame(spark, cfg.records)
         for codec, s in series.items():
-            def do(topic, codec=codec):
-                with ProcessMonitor(interval=0.1) as monitor:
-                    monitor.reset()
-                    seconds = pykafka_write_once(df, bootstrap, topic, codec, cfg.options)
-                    return seconds, {"peak_rss_mb": monitor.peaks_mb().get("executor")}
+            do = pykafka_write(df, bootstrap, codec, cfg.options)
             for i in range(gcfg.warmups + gcfg.runs):
                 log(f"{GENERATED} {codec} run {i + 1}/{gcfg.warmups + gcfg.runs}"
                     f"{' (warm-up)' if i < gcfg.warmups else ''}")
-                try:
-                    one_run(s, bootstrap, gcfg, do)
-                except Exception as exc:  # noqa: BLE001 - record it, go on
-                    s.error = short_error(exc)
-                    failures.append(f"write {GENERATED} {codec} (Kafka {broker}): {s.error}")
-                    tag = ("CORRECTNESS FAILURE" if isinstance(exc, WriteCorrectnessError)
-                           else "FAILED")
-                    log(f"{tag}: {GENERATED} {codec}: {s.error}\n{traceback.format_exc()}")
-                    break
+                attempt(s, bootstrap, gcfg, do, failures, f" (Kafka {broker})")
     except Exception as exc:  # noqa: BLE001 - e.g. Spark did not start
         failures.append(f"write {GENERATED} (Kafka {broker}): {short_error(exc)}")
         log(f"FAILED: {GENERATED}: {short_error(exc)}\n{traceback.format_exc()}")
@@ -767,7 +759,7 @@ def run_jvm_compare(cfg: WriteConfig, bootstrap: str, start_spark, anchor,
         mine = summarize(s, gcfg)
         row = {"broker": broker, "codec": codec, "records": cfg.records,
                "partitions": cfg.partitions, "pykafka": mine}
-        for variant in (variants if anchor is not None else ()):
+        for variant in variants:
             key = "jvm_tuned" if variant == "tuned" else "jvm"
             log(f"Spark's JVM sink ({variant}) {codec} (Kafka {broker}; 1 warm-up + "
                 f"{cfg.runs} runs) ...")
@@ -788,7 +780,7 @@ def run_jvm_compare(cfg: WriteConfig, bootstrap: str, start_spark, anchor,
         rows.append(row)
 
     targets = []
-    if anchor is not None and "tuned" in variants:
+    if "tuned" in variants:
         for row in rows:
             if row["codec"] not in WRITE_CODECS:
                 continue
@@ -800,8 +792,7 @@ def run_jvm_compare(cfg: WriteConfig, bootstrap: str, start_spark, anchor,
                             "pass": ratio is not None and ratio >= JVM_RATIO_TARGET})
     return {"broker": broker, "rows": rows, "targets": targets, "failures": failures,
             "runs": cfg.runs,
-            "variants": list(variants) if anchor is not None else [],
-            "anchor": str(anchor) if anchor is not None else None,
+            "variants": list(variants), "anchor": str(anchor),
             "source": f"spark.range(N, numPartitions={JVM_WRITE_SLICES}).selectExpr"
                       f"{JVM_WRITE_SOURCE}",
             "jvm_tuned_options": JVM_TUNED, "duration_s": round(time.time() - started, 1)}
