@@ -58,6 +58,7 @@ class _PendingCommit:
     sent_at: float = 0.0               # time.monotonic()
     error: str = ""
     epochs: dict = field(default_factory=dict)   # leader epoch per partition (KIP-320)
+    generation: object = None          # the member's generation it was made in
 
 
 class _RetriesExhausted(KafkaSourceError):
@@ -225,18 +226,20 @@ class GroupCommits:
             return not offsets
         fenced: list = []
         errors: list = []
+        sent: list = [None]
 
         def attempt(node):
             # Made anew each attempt: under the consumer protocol the member epoch it carries
             # may have changed since the last one (STALE_MEMBER_EPOCH).
-            request = self._commit_request(offsets, epochs)
+            sent[0] = self.generation
+            request = self._commit_request(offsets, epochs, sent[0])
             if request is None:               # the generation was lost meanwhile (and reset)
                 fenced.append(None)
                 return False
             return self._commit_outcome(self._client.send(node, request), fenced, errors)
 
         ok = self._with_coordinator("OffsetCommit", attempt, budget_ms=budget_ms, errors=errors)
-        return self._commit_done(offsets, ok, fenced)
+        return self._commit_done(offsets, ok, fenced, sent[0])
 
     def commit_async(self, offsets: Mapping[TopicPartition, int],
                      on_done: Callable[[bool], None] | None = None,
@@ -265,7 +268,8 @@ class GroupCommits:
         raise.
         """
         self.settle_commits()
-        request = self._commit_request(offsets, epochs)
+        generation = self.generation
+        request = self._commit_request(offsets, epochs, generation)
         if request is None:
             if on_done is not None:
                 on_done(not offsets)
@@ -280,7 +284,8 @@ class GroupCommits:
         self._pending_commit = _PendingCommit(dict(offsets), future,
                                               on_done or (lambda accepted: None),
                                               sent_at=time.monotonic(), error=error,
-                                              epochs=dict(epochs or {}))
+                                              epochs=dict(epochs or {}),
+                                              generation=generation)
 
     def settle_commits(self, *, retry_ms: int | None = None) -> None:
         """Wait for the answer to a commit :meth:`commit_async` sent and apply it; the answer
@@ -315,7 +320,7 @@ class GroupCommits:
                 errors: list = []
                 ok = self._commit_outcome(future.value, fenced, errors)
                 if ok is not None:
-                    return self._commit_done(pending.offsets, ok, fenced)
+                    return self._commit_done(pending.offsets, ok, fenced, pending.generation)
                 error = errors[-1]
                 if error.startswith(Errors.StaleMemberEpochError.__name__) and retry_ms is None:
                     # Consumer protocol: the member epoch moved on while the commit was on its
@@ -359,16 +364,18 @@ class GroupCommits:
                      _describe_offsets(offsets), error)
 
     def _commit_request(self, offsets: Mapping[TopicPartition, int],
-                        epochs: Mapping[TopicPartition, int] | None = None):
+                        epochs: Mapping[TopicPartition, int] | None = None,
+                        generation=None):
         """The OffsetCommit request for ``offsets`` in this member's generation (None: nothing
-        to send, or no generation to send it in). Each partition's leader epoch from
-        ``epochs`` (-1 where absent) is sent from v6 on; older versions drop it."""
+        to send, or no generation to send it in; ``generation``: the one to send it in, default
+        the member's now). Each partition's leader epoch from ``epochs`` (-1 where absent) is
+        sent from v6 on; older versions drop it."""
         if not offsets:
             return None
         if self.manual:               # outside any generation (-1, no member id)
             generation_id, member_id = -1, ""
         else:
-            generation = self.generation
+            generation = generation or self.generation
             if generation.generation_id < 0:
                 return None
             generation_id, member_id = generation.generation_id, generation.member_id
@@ -415,8 +422,13 @@ class GroupCommits:
         return True
 
     def _commit_done(self, offsets: Mapping[TopicPartition, int], ok: bool,
-                     fenced: list) -> bool:
-        """Log the outcome of a commit; a fenced member forgets what the error says is stale."""
+                     fenced: list, sent=None) -> bool:
+        """Log the outcome of a commit; a fenced member forgets what the error says is stale.
+
+        ``sent``: the generation the commit was made in. One a rebalance of the member's own
+        overtook -- REBALANCE_IN_PROGRESS or ILLEGAL_GENERATION while the member rejoins in the
+        background (:mod:`.rejoin`), or after it got a new generation since -- is not fencing:
+        it is made again at the next trigger, in the generation the member then holds."""
         if not ok and self.manual:
             log.warning("Group '%s': commit of %s refused (%s): the group has active members, "
                         "and Kafka accepts commits from a query using 'assign' only while it has "
@@ -426,6 +438,13 @@ class GroupCommits:
         if not ok and fenced[0] is None:
             log.warning("Group '%s': commit of %s not made: the member lost its generation "
                         "meanwhile; rejoining", self.group_id, _describe_offsets(offsets))
+            return False
+        if not ok and fenced[0] in (Errors.RebalanceInProgressError,
+                                    Errors.IllegalGenerationError) and sent is not None and (
+                sent != self.generation or getattr(self, "_rejoiner", None) is not None):
+            log.info("Group '%s': commit of %s in generation %d overtaken by the member's "
+                     "rejoin (%s); made again at the next trigger", self.group_id,
+                     _describe_offsets(offsets), sent.generation_id, fenced[0].__name__)
             return False
         if not ok:
             err = fenced[0]

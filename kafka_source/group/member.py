@@ -10,8 +10,8 @@ below):
 
 Two threads share a :class:`GroupMember`:
 
-* the **planning thread** (Spark's calls into the stream reader) joins and syncs, fetches and
-  commits offsets. It calls :meth:`GroupMember.ensure_active` at the start of every trigger, after
+* the **planning thread** (Spark's calls into the stream reader) joins and syncs (a cooperative
+  member's rejoins run on a thread of their own, below), fetches and commits offsets. It calls :meth:`GroupMember.ensure_active` at the start of every trigger, after
   committing what completed batches processed; a pending rebalance is served there, so partitions
   are given up only once their processed offsets are committed (the rebalance-listener contract).
 * a daemon **heartbeat thread**, on its own connection, keeps the membership alive between and
@@ -49,10 +49,12 @@ fatal (:meth:`GroupMember._instance_fenced`): rejoining would fence the other on
 
 Cooperative rebalancing (KIP-429, assignor ``cooperative-sticky``): the member's Subscription
 says which partitions it owns and in which generation, and it keeps them through the rebalance;
-the leader gives nobody a partition another member still owns. A member whose new assignment
-lacks some of its partitions has given them up -- their processed offsets were committed before
-it joined, and nothing was read since -- and rejoins at once, so that the round that follows
-assigns them to their new member.
+the leader gives nobody a partition another member still owns. So the member does not stop
+reading for a rebalance: it rejoins in the background, on its own connection, as soon as the
+heartbeat thread hears of it, while the planning thread goes on planning and committing the
+partitions it holds (:mod:`.rejoin`). A new assignment that lacks some of them is taken over at
+the start of a trigger, once what the last micro-batch read of them is committed; the member
+then rejoins at once, so that the round that follows assigns them to their new member.
 
 With ``assign`` (manual assignment) the query does not join: it only reads and commits offsets
 under the group id, as a Java consumer with ``assign()`` does (generation -1).
@@ -72,6 +74,7 @@ from kafka.protocol.consumer import (HeartbeatRequest, JoinGroupRequest, LeaveGr
 
 from .assignors import Assignment, PartitionAssignor, Subscription, validate_assignment
 from .commits import COORDINATOR_MOVED, RETRY, GroupCommits
+from .rejoin import BackgroundRejoin, JoinLink
 from ..wire.net.client import BrokerClient, RetriableBrokerError, TopicPartition, error_for
 from ..errors import BrokerSecurityError, KafkaSourceError, OptionError
 from ..config.options import GroupOptions
@@ -120,6 +123,13 @@ class GroupMember(GroupCommits):
         self._topics: frozenset[str] = frozenset()
         self._leader_counts: dict[str, int] | None = None  # partition counts the leader assigned
         self._heartbeat: _HeartbeatThread | None = None
+        # Cooperative rejoins in the background (.rejoin): the one running, if any; the outcome
+        # of the last one, until the planning thread takes it over; the lock under which either
+        # thread starts one and the planning thread takes an outcome over.
+        self._rejoiner: BackgroundRejoin | None = None
+        self._joined: tuple[tuple[TopicPartition, ...], int] | None = None
+        self._rejoin_lock = threading.Lock()
+        self._rejoin_conn: BrokerClient | None = None   # the background rejoins' connection
         self._init_commits()
         self.rebalances = 0
         self._generations_lost = 0       # see generations_lost
@@ -138,8 +148,12 @@ class GroupMember(GroupCommits):
 
     @property
     def stable(self) -> bool:
+        """Whether the member holds its partitions in a generation: joined and synced, or
+        rejoining cooperatively in the background, which it does keeping them (its commits are
+        then made in the generation it holds; one the rebalance overtakes is made again)."""
         with self._lock:
-            return self._stable
+            return self._stable or (self._rejoiner is not None
+                                    and self._generation.generation_id != _NO_GENERATION)
 
     @property
     def generations_lost(self) -> int:
@@ -175,7 +189,8 @@ class GroupMember(GroupCommits):
             return True
         self._raise_fatal()
         with self._lock:
-            return self._stable and self._rejoin_reason is None
+            return (self._stable and self._rejoin_reason is None and self._rejoiner is None
+                    and self._joined is None)
 
     def request_rejoin(self, reason: str) -> None:
         with self._lock:
@@ -212,11 +227,36 @@ class GroupMember(GroupCommits):
         ``topics`` is the subscription now; ``partition_counts`` the partition count of those
         topics as just seen in metadata. A different topic set, or (for the leader) a partition
         count that changed since the assignment, triggers a rebalance.
+
+        With a cooperative assignor a member that holds its generation rejoins in the
+        background (:mod:`.rejoin`) and this returns at once with the partitions it holds; the
+        outcome is taken over by a later call, after the caller committed what the batches
+        before it processed (module docstring).
         """
         if self.manual:
             return self.manual
         self._raise_fatal()
         topics = frozenset(topics)
+        with self._rejoin_lock:
+            self._take_rejoin(wait=False)
+            self._check_subscription(topics, partition_counts)
+            if self.rejoin_reason() is None:
+                return self._assignment
+            if self._may_rejoin_in_background(topics):
+                self._start_rejoin(topics, settle=True)
+                return self._assignment
+            if self._rejoiner is not None:
+                # Fenced meanwhile, or the subscription changed: what the member holds is not
+                # its own any more; wait for the rejoin running, then see again.
+                self._take_rejoin(wait=True)
+                self._check_subscription(topics, partition_counts)
+                if self.rejoin_reason() is None:
+                    return self._assignment
+            self._join(topics)
+        return self._assignment
+
+    def _check_subscription(self, topics: frozenset[str],
+                            partition_counts: Mapping[str, int] | None) -> None:
         if topics != self._topics:
             self.request_rejoin(f"the subscription changed to {sorted(topics)}")
         elif partition_counts is not None and self._leader_counts is not None:
@@ -225,9 +265,75 @@ class GroupMember(GroupCommits):
                 if self._leader_counts.get(topic) != count:
                     self.request_rejoin(f"topic '{topic}' now has {count} partitions")
                     break
-        if self.rejoin_reason() is not None:
-            self._join(topics)
-        return self._assignment
+
+    # --- cooperative rejoins in the background (.rejoin) --------------------------------------
+
+    def _may_rejoin_in_background(self, topics: frozenset[str]) -> bool:
+        """Cooperative, holding a generation (not fenced: a fenced member holds nothing), with
+        the subscription it joined with, and nothing of a finished rejoin left to take over."""
+        with self._lock:
+            return (getattr(self.assignor, "cooperative", False) and topics == self._topics
+                    and self._generation.generation_id != _NO_GENERATION
+                    and self._joined is None and self._fatal is None)
+
+    def _start_rejoin(self, topics: frozenset[str], *, settle: bool) -> None:
+        """Start a background rejoin unless one runs (the caller holds ``_rejoin_lock``).
+        ``settle``: the planning thread first settles its commit in flight -- with it what the
+        partitions given up in the last round processed, which nobody else may read before it
+        is committed (KIP-429's second round)."""
+        if self._rejoiner is not None:
+            return
+        if settle:
+            self.settle_commits(retry_ms=min(self.options.api_timeout_ms,
+                                             self.options.rebalance_timeout_ms // 2))
+        log.info("Group '%s': rejoining in the background (cooperative), reading %s meanwhile",
+                 self.group_id, _describe(self._assignment))
+        rejoiner = BackgroundRejoin(self, topics)
+        with self._lock:
+            self._rejoiner = rejoiner
+            self._stable = False          # no heartbeats while JoinGroup is open
+        rejoiner.start()
+
+    def rejoin_on_rebalance(self) -> None:
+        """Called by the heartbeat thread when the group rebalances: a cooperative member joins
+        at once in the background, instead of at the next trigger -- the group, Java members
+        too, then need not wait for the micro-batch running to end. Nothing is given up in this
+        round, so no commit needs settling first."""
+        if not self._rejoin_lock.acquire(blocking=False):
+            return                            # the planning thread is on it
+        try:
+            if self._may_rejoin_in_background(self._topics) and self._topics:
+                self._start_rejoin(self._topics, settle=False)
+        finally:
+            self._rejoin_lock.release()
+
+    def _take_rejoin(self, *, wait: bool) -> None:
+        """Take over what a background rejoin ended with (``wait``: wait for it to end): its
+        error, raised here; or its assignment. Partitions it lacks are given up here, after
+        the caller committed what they processed, and rejoined for at once (KIP-429)."""
+        rejoiner = self._rejoiner
+        if rejoiner is not None:
+            if wait:
+                rejoiner.join()
+            if rejoiner.is_alive():
+                return
+            self._rejoiner = None
+            if rejoiner.error is not None:
+                raise rejoiner.error
+        with self._lock:
+            joined, self._joined = self._joined, None
+            if joined is None:
+                return
+            revoked = set(self._assignment) - set(joined[0])
+            self._assignment, self._lost_at_assignment = joined
+        if revoked:
+            self.request_rejoin(f"it gave up {_describe(sorted(revoked))} in a cooperative "
+                                "rebalance")
+
+    def _rejoin_client(self) -> BrokerClient:
+        if self._rejoin_conn is None:
+            self._rejoin_conn = self._client_factory()
+        return self._rejoin_conn
 
     def _join(self, topics: frozenset[str]) -> None:
         # What was processed of the partitions this member may now lose is committed first --
@@ -235,24 +341,33 @@ class GroupMember(GroupCommits):
         # commit cannot be made (its partitions are then read again from the last commit).
         self.settle_commits(retry_ms=min(self.options.api_timeout_ms,
                                          self.options.rebalance_timeout_ms // 2))
+        with self._lock:
+            self._stable = False
+        self.join_rounds(topics, JoinLink(self))
+
+    def join_rounds(self, topics: frozenset[str], link: "JoinLink") -> None:
+        """JoinGroup + SyncGroup until the member is in a stable generation, within the
+        rebalance's budget; over ``link``'s connection. On the planning thread's link the
+        assignment is taken over at once, and a cooperative member gives up what it lost and
+        joins the second round here; a background link leaves both to :meth:`_take_rejoin`."""
         budget_ms = (self.options.rebalance_timeout_ms + self.options.session_timeout_ms
                      + self.request_timeout_ms)
         deadline = time.monotonic() + budget_ms / 1000
         failures = 0
         last_error = "none"
-        with self._lock:
-            self._stable = False
         while True:
             self._raise_fatal()
+            if link.cancelled:
+                return
             try:
-                if self._join_once(topics):
-                    if self.rejoin_reason() is None or not getattr(self.assignor,
-                                                                  "cooperative", False):
+                if self._join_once(topics, link):
+                    if link.background or self.rejoin_reason() is None or \
+                            not getattr(self.assignor, "cooperative", False):
                         return
                     continue                  # the second round of a cooperative rebalance
                 last_error = self._last_join_error
             except RetriableBrokerError as exc:
-                self._node = None
+                link.lost_coordinator()
                 last_error = str(exc)
             failures += 1
             if time.monotonic() >= deadline:
@@ -262,9 +377,9 @@ class GroupMember(GroupCommits):
                     f"kafka.request.timeout.ms); last error: {last_error}.")
             self._backoff(failures)
 
-    def _join_once(self, topics: frozenset[str]) -> bool:
+    def _join_once(self, topics: frozenset[str], link: "JoinLink") -> bool:
         """One JoinGroup + SyncGroup round; True when the member is in a stable generation."""
-        node = self._coordinator()
+        node = link.coordinator()
         current = self.generation
         member_id = current.member_id
         cooperative = getattr(self.assignor, "cooperative", False)
@@ -291,7 +406,7 @@ class GroupMember(GroupCommits):
         log.info("Group '%s': joining (member '%s'%s, topics %s)", self.group_id,
                  member_id or "-", self._static_note(), sorted(topics))
         try:
-            response = self._client.send(node, request, timeout_ms=timeout)
+            response = link.client.send(node, request, timeout_ms=timeout)
         except Errors.IncompatibleBrokerVersion as exc:
             raise self._no_static_membership(exc) from None
         err = error_for(response.error_code)
@@ -300,9 +415,9 @@ class GroupMember(GroupCommits):
             with self._lock:
                 self._generation = Generation(member_id=response.member_id)
             self._last_join_error = err.__name__
-            return self._join_once(topics)
+            return self._join_once(topics, link)
         if err is not Errors.NoError:
-            self._on_group_error(err, "JoinGroup")
+            self._on_group_error(err, "JoinGroup", link)
             return False
         generation = Generation(response.generation_id, response.member_id,
                                 response.protocol_name)
@@ -314,31 +429,39 @@ class GroupMember(GroupCommits):
             # and its assignment stands. It only watches the partition counts from now on.
             topics_of_all = {t for m in response.members
                              for t in Subscription.decode(bytes(m.metadata)).topics}
-            self._leader_counts = self.partition_counts(sorted(topics_of_all))
+            self._leader_counts = self.partition_counts(sorted(topics_of_all), link.client)
             assignments = []
         else:
-            assignments = self._assign(response.members, generation) if leader else []
-        sync = self._client.send(node, SyncGroupRequest(
+            assignments = self._assign(response.members, generation, link.client) \
+                if leader else []
+        sync = link.client.send(node, SyncGroupRequest(
             group_id=self.group_id, generation_id=generation.generation_id,
             member_id=generation.member_id, group_instance_id=self.instance_id,
             protocol_type=PROTOCOL_TYPE, protocol_name=generation.protocol,
             assignments=assignments, max_version=5))
         err = error_for(sync.error_code)
         if err is not Errors.NoError:
-            self._on_group_error(err, "SyncGroup")
+            self._on_group_error(err, "SyncGroup", link)
             return False
         assignment = Assignment.decode(bytes(sync.assignment or b""))
         self.assignor.on_assignment(assignment)
         remember = getattr(self.assignor, "remember", None)   # the sticky assignors
         if remember is not None:
             remember(assignment.partitions, generation.generation_id)
+        partitions = tuple(sorted(set(assignment.partitions)))
         with self._lock:
             if self._generation != generation:  # fenced by the heartbeat thread meanwhile
                 self._last_join_error = "the generation changed during SyncGroup"
                 return False
-            revoked = set(self._assignment) - set(assignment.partitions)
-            self._assignment = tuple(sorted(set(assignment.partitions)))
-            self._lost_at_assignment = self._generations_lost
+            if link.cancelled:                # the member left meanwhile
+                return True
+            revoked = set(self._assignment) - set(partitions)
+            if link.background:               # taken over by the planning thread
+                self._joined = (partitions, self._generations_lost)
+                revoked = set()
+            else:
+                self._assignment = partitions
+                self._lost_at_assignment = self._generations_lost
             self._topics = topics
             self._stable = True
             self._rejoin_reason = None
@@ -347,7 +470,7 @@ class GroupMember(GroupCommits):
         log.info("Group '%s': generation %d, member '%s'%s%s, assigned %s", self.group_id,
                  generation.generation_id, generation.member_id, self._static_note(),
                  " (leader, assignment kept)" if leader and response.skip_assignment else
-                 " (leader)" if leader else "", _describe(self._assignment))
+                 " (leader)" if leader else "", _describe(partitions))
         self._start_heartbeat()
         if cooperative and revoked:
             # KIP-429's second round: what this member gave up is assigned to nobody until it
@@ -357,7 +480,7 @@ class GroupMember(GroupCommits):
                                 "rebalance")
         return True
 
-    def _assign(self, members, generation: Generation) -> list:
+    def _assign(self, members, generation: Generation, client: BrokerClient) -> list:
         """The leader's job: run the assignor over every member's subscription."""
         if generation.protocol != self.assignor.name:
             raise KafkaSourceError(
@@ -365,7 +488,7 @@ class GroupMember(GroupCommits):
                 f"this query does not offer (option 'assignor' = '{self.assignor.name}').")
         subscriptions = {m.member_id: Subscription.decode(bytes(m.metadata)) for m in members}
         topics = sorted({t for s in subscriptions.values() for t in s.topics})
-        counts = self.partition_counts(topics)
+        counts = self.partition_counts(topics, client)
         result = self.assignor.assign(counts, subscriptions)
         result = validate_assignment(result, counts, subscriptions, self.assignor.name) or result
         self._leader_counts = counts
@@ -374,7 +497,8 @@ class GroupMember(GroupCommits):
                      assignment=Assignment(tuple(result.get(member_id, ()))).encode())
                 for member_id in subscriptions]
 
-    def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
+    def partition_counts(self, topics: Iterable[str],
+                         client: BrokerClient | None = None) -> dict[str, int]:
         """Partition count of each topic that exists (absent topics are left out). A topic
         this client has seen that the answer lacks is doubted first (RetriableBrokerError: the
         join is tried again), so that the leader does not assign without the partitions of a
@@ -382,10 +506,11 @@ class GroupMember(GroupCommits):
         topics = list(topics)
         if not topics:
             return {}
-        infos = self._client.checked_metadata(topics, self._client.view.known_partitions(topics))
+        client = client or self._client
+        infos = client.checked_metadata(topics, client.view.known_partitions(topics))
         return {t: len(i.partitions) for t, i in infos.items() if i.error_code == 0}
 
-    def _on_group_error(self, err, what: str) -> None:
+    def _on_group_error(self, err, what: str, link: "JoinLink") -> None:
         """React to a JoinGroup/SyncGroup error: reset what it says is stale, or fail."""
         self._last_join_error = f"{what}: {err.__name__}"
         if err is Errors.UnknownMemberIdError:
@@ -393,7 +518,7 @@ class GroupMember(GroupCommits):
         elif err is Errors.IllegalGenerationError:
             self._reset(keep_member_id=True, reason="the generation is stale")
         elif err in COORDINATOR_MOVED:
-            self._node = None
+            link.lost_coordinator()
         elif err in RETRY:
             pass
         elif err is Errors.FencedInstanceIdError:
@@ -463,6 +588,10 @@ class GroupMember(GroupCommits):
         except Exception as exc:
             log.warning("Group '%s': the last commit failed while leaving: %s", self.group_id, exc)
         self._stop_heartbeat()
+        with self._lock:
+            rejoiner, self._rejoiner, self._joined = self._rejoiner, None, None
+        if rejoiner is not None:
+            rejoiner.cancel()    # its JoinGroup is answered once LeaveGroup removed the member
         generation = self.generation
         self._reset(keep_member_id=False, reason="it left the group", fenced=False)
         self._assignment = ()
@@ -494,6 +623,9 @@ class GroupMember(GroupCommits):
     def close(self) -> None:
         """Leave the group; the planning connection belongs to the caller."""
         self.leave()
+        conn, self._rejoin_conn = self._rejoin_conn, None
+        if conn is not None:
+            conn.close()
 
     # --- heartbeats ---------------------------------------------------------------------------
 
@@ -519,8 +651,10 @@ class GroupMember(GroupCommits):
         if err is Errors.NoError:
             return
         if err is Errors.RebalanceInProgressError:
-            # Keep heartbeating (it keeps the session alive) until the planning thread rejoins.
+            # Keep heartbeating (it keeps the session alive) until the planning thread rejoins;
+            # a cooperative member rejoins at once, in the background (.rejoin).
             self.request_rejoin("the group is rebalancing")
+            self.rejoin_on_rebalance()
         elif err is Errors.IllegalGenerationError:
             self._reset(keep_member_id=True, reason="the generation is stale",
                         only_if=generation)

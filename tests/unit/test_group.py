@@ -1472,37 +1472,177 @@ def test_fake_session_expiry_follows_its_clock():
 # Cooperative rebalancing (KIP-429, assignor cooperative-sticky)
 # ------------------------------------------------------------------------------------------
 
-def test_cooperative_member_keeps_what_it_keeps_and_rejoins_once_for_what_it_gave_up(make_member):
+def _joins_of(fake, member_id: str) -> list:
+    """The Subscriptions of every JoinGroup ``member_id`` sent, on whichever connection."""
+    return [Subscription.decode(bytes(j.protocols[0].metadata)) for j in fake.sent(JOIN)
+            if j.member_id == member_id]
+
+
+def _cooperative_pair(make_member, **option_changes):
+    """C0 and C1 on cooperative-sticky over topic t (6 partitions), settled on 3 each, each
+    driven as the planning thread drives it (ensure_active once per trigger)."""
+    from kafka_source.group.sticky import CooperativeStickyAssignor
+
+    fake = FakeCoordinator({"t": 6}, member_id_factory=lambda client_id: client_id)
+    x = make_member(fake, "C0", assignor=CooperativeStickyAssignor(), **option_changes)
+    y = make_member(fake, "C1", assignor=CooperativeStickyAssignor(), **option_changes)
+    assert x.ensure_active(["t"]) == tps("tp0 tp1 tp2 tp3 tp4 tp5")       # generation 1
+    # C1's first join waits for C0, whose heartbeat hears of it and rejoins in the background.
+    assert y.ensure_active(["t"]) == ()
+    wait_until(lambda: len(x.ensure_active(["t"])) == 3 and len(y.ensure_active(["t"])) == 3
+               and fake.state(GROUP) == STABLE and x.generation.generation_id
+               == y.generation.generation_id == fake.group(GROUP).generation,
+               what="two members with three partitions each")
+    return fake, x, y
+
+
+def test_cooperative_member_reads_on_through_a_rebalance_and_gives_up_only_what_it_committed(
+        make_member):
     from kafka_source.group.sticky import CooperativeStickyAssignor
 
     fake = FakeCoordinator({"t": 6}, member_id_factory=lambda client_id: client_id)
     try:
+        everything = tps("tp0 tp1 tp2 tp3 tp4 tp5")
         x = make_member(fake, "C0", assignor=CooperativeStickyAssignor())
         y = make_member(fake, "C1", assignor=CooperativeStickyAssignor())
-        assert x.ensure_active(["t"]) == tps("tp0 tp1 tp2 tp3 tp4 tp5")            # generation 1: C0 alone
+        assert x.ensure_active(["t"]) == everything                       # generation 1
         y_joining = Background(y.ensure_active, ["t"], name="C1-join")
-        assert fake.wait_for(lambda: "C1" in fake.awaiting_join(GROUP))
-        wait_rebalance_noticed(x)
-        # Generation 2: C0 keeps three partitions and gives up three, which nobody gets yet;
-        # C0 rejoins at once (generation 3), and so does C1 as soon as it hears of it.
-        x_assigned = x.ensure_active(["t"])
-        y_assigned = y_joining.result(5)
-        assert len(x_assigned) == len(y_assigned) == 3
-        assert set(x_assigned) | set(y_assigned) == set(tps("tp0 tp1 tp2 tp3 tp4 tp5"))
-        assert x.generation.generation_id == y.generation.generation_id == 3
+        # C0's heartbeat hears of the rebalance and C0 rejoins in the background, with no call
+        # from its planning thread: generation 2 gives C1 nothing yet and C0 three partitions.
+        assert fake.wait_for(lambda: fake.group(GROUP).generation == 2
+                             and fake.state(GROUP) == STABLE and x._joined is not None)
+        assert y_joining.result(5) == ()
+        # Until the planning thread takes the outcome over, C0 holds (and commits) all six:
+        # the micro-batch running reads the three it gives up, and they are committed in
+        # generation 2 once it completes.
+        assert x.assignment == everything and x.stable
+        x.commit_async({tp: 10 for tp in everything})
+        kept = x.ensure_active(["t"])     # takes generation 2 over, starts the second round
+        assert len(kept) == 3 and set(kept) < set(everything)
+        # The second round's JoinGroup went out only after that commit was answered.
+        def second_round_join():
+            return next((i for i, r in enumerate(fake.records()) if r.kind == JOIN
+                         and Subscription.decode(bytes(r.request.protocols[0].metadata))
+                         .generation_id == 2), None)
+        assert fake.wait_for(lambda: second_round_join() is not None)
+        commit_at = next(i for i, r in enumerate(fake.records())
+                         if r.kind == OFFSET_COMMIT and r.request.member_id == "C0")
+        assert commit_at < second_round_join()
+        assert fake.group(GROUP).offsets == {tp: 10 for tp in everything}
+        # Generation 3: C1 hears of it by heartbeat, rejoins and gets the three C0 gave up.
+        wait_until(lambda: len(y.ensure_active(["t"])) == 3 and x.ensure_active(["t"]) == kept
+                   and fake.group(GROUP).generation == 3 and fake.state(GROUP) == STABLE,
+                   what="generation 3 with three partitions each")
+        assert set(y.assignment) == set(everything) - set(kept)
         # C0 said what it owned, and in which generation, each time it joined.
-        subs = [Subscription.decode(bytes(j.protocols[0].metadata))
-                for j in fake.sent(JOIN, client_id="C0")]
-        owned = [(s.owned_partitions, s.generation_id) for s in subs if s.generation_id > 0]
-        assert owned == [(tps("tp0 tp1 tp2 tp3 tp4 tp5"), 1), (x_assigned, 2)]
-        # No member ever held a partition another one still owned: in generation 2 C1 got
-        # nothing, and C0 only part of what it had.
-        second = next(s for s in fake.sent(SYNC, client_id="C0") if s.generation_id == 2)
+        owned = [(s.owned_partitions, s.generation_id) for s in _joins_of(fake, "C0")
+                 if s.generation_id > 0]
+        assert owned == [(everything, 1), (kept, 2)]
+        # No member ever held a partition another one still owned.
+        second = next(s for s in fake.sent(SYNC) if s.generation_id == 2 and s.assignments)
         given = {a.member_id: Assignment.decode(bytes(a.assignment)).partitions
                  for a in second.assignments}
-        assert given["C1"] == () and set(given["C0"]) < set(tps("tp0 tp1 tp2 tp3 tp4 tp5"))
-        assert fake.group(GROUP).generation == 3 and fake.state(GROUP) == STABLE
-        assert x.rebalances == 3
+        assert given["C1"] == () and set(given["C0"]) == set(kept)
+        assert x.generations_lost == y.generations_lost == 0
+    finally:
+        fake.shutdown()
+
+
+def test_cooperative_member_is_not_held_by_a_rebalance_that_waits_for_another_member(
+        make_member):
+    fake, x, y = _cooperative_pair(make_member, rebalance_timeout_ms=10_000)
+    try:
+        kept, theirs = x.assignment, y.assignment
+        generation = fake.group(GROUP).generation
+        y._stop_heartbeat()               # C1 is busy: it will not rejoin for a while
+        fake.trigger_rebalance(GROUP)
+        assert fake.wait_for(lambda: "C0" in fake.awaiting_join(GROUP))
+        # The rebalance waits for C1; C0's planning thread is not held by it: it plans with
+        # the partitions it keeps and commits them in the generation it holds.
+        for n in range(3):
+            assert x.ensure_active(["t"]) == kept and x.stable
+            assert x.commit({tp: 20 + n for tp in kept})
+        assert fake.state(GROUP) == PREPARING_REBALANCE
+        assert fake.group(GROUP).offsets == {tp: 22 for tp in kept}
+        # C1 rejoins (in the background too: it keeps its partitions); nothing moves.
+        y.request_rejoin("test")
+        assert y.ensure_active(["t"]) == theirs
+        wait_until(lambda: fake.state(GROUP) == STABLE and x._joined is not None
+                   and y._joined is not None, what="the rebalance to end")
+        assert x.ensure_active(["t"]) == kept and y.ensure_active(["t"]) == theirs
+        assert x.generation.generation_id == generation + 1
+        assert x.generations_lost == y.generations_lost == 0
+        assert x.assignment_is_current()
+    finally:
+        fake.shutdown()
+
+
+def test_a_commit_the_members_own_rejoin_overtook_is_made_again_not_taken_for_fencing(
+        make_member, caplog):
+    fake, x, y = _cooperative_pair(make_member)
+    try:
+        kept = x.assignment
+        done = []
+        # Sent in the generation C0 holds, answered as if it arrived after the rebalance below.
+        fake.script(OFFSET_COMMIT, ILLEGAL_GENERATION)
+        x.commit_async({tp: 7 for tp in kept}, done.append)
+        generation = fake.group(GROUP).generation
+        fake.trigger_rebalance(GROUP)
+        wait_until(lambda: fake.state(GROUP) == STABLE
+                   and fake.group(GROUP).generation == generation + 1
+                   and x._joined is not None, what="C0's rejoin")
+        with caplog.at_level(logging.INFO, logger="kafka_source.group.member"):
+            x.settle_commits()            # as the stream reader does at each trigger
+        assert x.ensure_active(["t"]) == kept
+        assert done == [False]
+        assert "overtaken by the member's rejoin" in caplog.text
+        assert x.generations_lost == 0 and x.rejoin_reason() is None
+        assert x.commit({tp: 7 for tp in kept})             # made again, in the new generation
+        assert all(fake.group(GROUP).offsets[tp] == 7 for tp in kept)
+    finally:
+        fake.shutdown()
+
+
+def test_a_member_that_leaves_during_a_background_rejoin_takes_nothing_over(make_member):
+    fake, x, y = _cooperative_pair(make_member, rebalance_timeout_ms=10_000)
+    try:
+        y._stop_heartbeat()
+        fake.trigger_rebalance(GROUP)
+        assert fake.wait_for(lambda: "C0" in fake.awaiting_join(GROUP))
+        rejoiner = x._rejoiner
+        assert rejoiner is not None and rejoiner.is_alive()
+        x.leave()
+        assert x.assignment == () and not x.stable
+        rejoiner.join(5)
+        assert not rejoiner.is_alive() and x._joined is None and x.assignment == ()
+        assert "C0" not in fake.members(GROUP)
+    finally:
+        fake.shutdown()
+
+
+def test_a_background_rejoin_that_fails_fails_the_next_trigger(make_member):
+    fake, x, y = _cooperative_pair(make_member)
+    try:
+        fake.script(JOIN, GROUP_AUTHORIZATION_FAILED, member_id="C0")
+        fake.trigger_rebalance(GROUP)
+        wait_until(lambda: x._rejoiner is not None and not x._rejoiner.is_alive(),
+                   what="the background rejoin to fail")
+        with pytest.raises(KafkaSourceError, match="Not authorized to use consumer group"):
+            x.ensure_active(["t"])
+    finally:
+        fake.shutdown()
+
+
+def test_a_fenced_cooperative_member_rejoins_before_planning_again(make_member):
+    fake, x, y = _cooperative_pair(make_member)
+    try:
+        fake.remove_member(GROUP, "C0")                      # its session expired
+        wait_until(lambda: x.generations_lost == 1, what="C0's heartbeat to hear of it")
+        # C0 holds nothing now: it does not plan with what it had, it joins first.
+        owned = x.ensure_active(["t"])
+        assert x.generation.generation_id == fake.group(GROUP).generation
+        assert x.generations_lost_at_assignment == 1
+        assert set(owned) <= set(tps("tp0 tp1 tp2 tp3 tp4 tp5"))
     finally:
         fake.shutdown()
 
