@@ -45,7 +45,10 @@ that reads the group's committed offsets every 100 ms:
 * at the join: the **pause of kept partitions** (the longest time a partition the query kept
   went without its end offset moving; records arrive every 50 ms, so a steady query moves it
   every trigger), the longest **gap between micro-batches**, and the time until the group
-  settled;
+  settled; and, from the group's states sampled every 50 ms, the **rebalance** itself (from
+  the first state other than ``Stable`` to ``Stable`` again) and the kept partitions' longest
+  pause inside it -- the window above also holds the Java consumer's JVM start, which loads a
+  small machine before the member even joins;
 * at the restart: the **query's gap** (from ``query.stop()`` to the end of the restarted
   query's first micro-batch), the longest pause of the partitions it had before and after
   (none when they all moved), the **Java member's gap** (the longest time one of the partitions
@@ -205,10 +208,11 @@ class _GroupSampler(threading.Thread):
     """Describes the group every 200 ms: the states it went through and every assignment the
     Java member had."""
 
-    def __init__(self, bootstrap, group):
+    def __init__(self, bootstrap, group, interval_s=0.2):
         super().__init__(daemon=True)
-        self.bootstrap, self.group = bootstrap, group
+        self.bootstrap, self.group, self.interval_s = bootstrap, group, interval_s
         self.states: list[str] = []
+        self.changes: list[tuple[float, str]] = []   # (time, state) at each change
         self.java: list[list[int]] = []          # the Java member's partitions, each change
         self.stop_event = threading.Event()
 
@@ -217,11 +221,20 @@ class _GroupSampler(threading.Thread):
             state, members = _group(self.bootstrap, self.group)
             if state and (not self.states or self.states[-1] != state):
                 self.states.append(state)
+                self.changes.append((time.time(), state))
             java = [m[2] for m in members.values() if _is_java(m)]
             parts = java[0] if java else None
             if state and (not self.java or self.java[-1] != parts):
                 self.java.append(parts)
-            self.stop_event.wait(0.2)
+            self.stop_event.wait(self.interval_s)
+
+    def rebalance_window(self):
+        """(first time seen rebalancing, first time seen Stable after it), or None."""
+        start = next((ts for ts, st in self.changes if st != "Stable"), None)
+        if start is None:
+            return None
+        end = next((ts for ts, st in self.changes if ts > start and st == "Stable"), None)
+        return None if end is None else (start, end)
 
     def stop(self):
         self.stop_event.set()
@@ -316,12 +329,17 @@ def one_run(spark, bootstrap, mode, settle_s):
         watcher.start()
         time.sleep(settle_s)
 
-        # (b) A Java member joins.
+        # (b) A Java member joins. Its JVM's start loads the machine before it joins, so the
+        # group is watched closely too: the rebalance itself is the window its states show.
+        joining = _GroupSampler(bootstrap, group, interval_s=0.05)
+        joining.start()
         t_join = time.time()
         java = JavaConsumer(bootstrap, topic, group, track_arrivals=True, **java_settings)
         members = _wait(lambda: _split(bootstrap, group), 120,
                         "two members with two partitions each")
         t_split = time.time()
+        joining.stop()
+        window = joining.rebalance_window() or (t_join, t_split)
         kept = next(m[2] for m in members.values() if not _is_java(m))
         java_before = next(m[2] for m in members.values() if _is_java(m))
         time.sleep(settle_s)
@@ -394,6 +412,8 @@ def one_run(spark, bootstrap, mode, settle_s):
         "first_batch_s": first_batch_s,
         "join_to_split_s": round(t_split - t_join, 2),
         "kept_pause_at_join_s": round(_stall(points, kept, t_join, t_split + 1.0), 2),
+        "rebalance_at_join_s": round(window[1] - window[0], 2),
+        "kept_pause_in_rebalance_s": round(_stall(points, kept, *window), 2),
         "batch_gap_at_join_s": round(_gap(points, t_join, t_split + 1.0), 2),
         "java_gap_steady_s": round(_java_gap(java_arrivals, java_before, t_split + 1.0,
                                              t_stop), 2),
@@ -467,7 +487,8 @@ def main(argv=None) -> int:
             spark.stop()
     counts = ["records", "lost", "read_twice_by_query", "read_by_both", "committed_backwards",
               "java_moved_at_restart"]
-    times = ["kept_pause_at_join_s", "batch_gap_at_join_s", "join_to_split_s",
+    times = ["kept_pause_at_join_s", "rebalance_at_join_s", "kept_pause_in_rebalance_s",
+             "batch_gap_at_join_s", "join_to_split_s",
              "query_gap_at_restart_s", "query_kept_pause_at_restart_s", "java_gap_at_restart_s",
              "java_gap_steady_s", "batch_gap_at_leave_s", "batch_gap_steady_s"]
     cols = counts + times
