@@ -21,7 +21,10 @@ and Spark's retry gets a new producer. Transactional producers (exactly-once wri
 pooled: each task's transactional id is its own.
 
 A producer idle for :data:`IDLE_CLOSE_S` (or ``kafka.connections.max.idle.ms``, if shorter) is
-closed by a daemon timer, and every idle one when the worker exits.
+closed by a daemon timer, and every idle one when the worker exits. The worker itself may go
+first: Spark ends an executor's idle Python workers once it has run no Python task for a minute
+(``PythonWorkerFactory``, a fixed timeout), so the pool lasts across micro-batches only while
+they come less than a minute apart.
 """
 
 from __future__ import annotations
