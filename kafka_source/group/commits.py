@@ -76,13 +76,17 @@ class GroupCommits:
 
     def _coordinator(self):
         if self._node is None:
-            try:
-                self._node = self._client.find_coordinator(self.group_id)
-            except Errors.GroupAuthorizationFailedError:
-                raise KafkaSourceError(f"Not authorized to use consumer group '{self.group_id}' "
-                                       "(option 'kafka.group.id'): grant DESCRIBE and READ on "
-                                       "the group.") from None
+            self._node = self._find_coordinator_on(self._client)
         return self._node
+
+    def _find_coordinator_on(self, client):
+        """The group's coordinator as ``client`` finds it; a refusal names the option."""
+        try:
+            return client.find_coordinator(self.group_id)
+        except Errors.GroupAuthorizationFailedError:
+            raise KafkaSourceError(f"Not authorized to use consumer group '{self.group_id}' "
+                                   "(option 'kafka.group.id'): grant DESCRIBE and READ on "
+                                   "the group.") from None
 
     def _static_note(self) -> str:
         return "" if self.instance_id is None else f", instance '{self.instance_id}'"

@@ -11,8 +11,9 @@ below):
 Two threads share a :class:`GroupMember`:
 
 * the **planning thread** (Spark's calls into the stream reader) joins and syncs (a cooperative
-  member's rejoins run on a thread of their own, below), fetches and commits offsets. It calls :meth:`GroupMember.ensure_active` at the start of every trigger, after
-  committing what completed batches processed; a pending rebalance is served there, so partitions
+  member's rejoins run on a thread of their own, below), fetches and commits offsets. It calls
+  :meth:`GroupMember.ensure_active` at the start of every trigger, after committing what
+  completed batches processed; a pending rebalance is served there, so partitions
   are given up only once their processed offsets are committed (the rebalance-listener contract).
 * a daemon **heartbeat thread**, on its own connection, keeps the membership alive between and
   during micro-batches and notices rebalances (REBALANCE_IN_PROGRESS), fencing (ILLEGAL_GENERATION,
@@ -284,8 +285,7 @@ class GroupMember(GroupCommits):
         if self._rejoiner is not None:
             return
         if settle:
-            self.settle_commits(retry_ms=min(self.options.api_timeout_ms,
-                                             self.options.rebalance_timeout_ms // 2))
+            self._settle_before_joining()
         log.info("Group '%s': rejoining in the background (cooperative), reading %s meanwhile",
                  self.group_id, _describe(self._assignment))
         rejoiner = BackgroundRejoin(self, topics)
@@ -326,6 +326,11 @@ class GroupMember(GroupCommits):
                 return
             revoked = set(self._assignment) - set(joined[0])
             self._assignment, self._lost_at_assignment = joined
+        self._rejoin_for_second_round(revoked)
+
+    def _rejoin_for_second_round(self, revoked: set) -> None:
+        """KIP-429's second round: what this member gave up is assigned to nobody until it
+        says it no longer owns it, so it rejoins at once (its processed offsets committed)."""
         if revoked:
             self.request_rejoin(f"it gave up {_describe(sorted(revoked))} in a cooperative "
                                 "rebalance")
@@ -335,12 +340,15 @@ class GroupMember(GroupCommits):
             self._rejoin_conn = self._client_factory()
         return self._rejoin_conn
 
-    def _join(self, topics: frozenset[str]) -> None:
+    def _settle_before_joining(self) -> None:
         # What was processed of the partitions this member may now lose is committed first --
         # within half the rebalance timeout, so that the member still rejoins in time if the
         # commit cannot be made (its partitions are then read again from the last commit).
         self.settle_commits(retry_ms=min(self.options.api_timeout_ms,
                                          self.options.rebalance_timeout_ms // 2))
+
+    def _join(self, topics: frozenset[str]) -> None:
+        self._settle_before_joining()
         with self._lock:
             self._stable = False
         self.join_rounds(topics, JoinLink(self))
@@ -455,11 +463,11 @@ class GroupMember(GroupCommits):
                 return False
             if link.cancelled:                # the member left meanwhile
                 return True
-            revoked = set(self._assignment) - set(partitions)
+            revoked = set()
             if link.background:               # taken over by the planning thread
                 self._joined = (partitions, self._generations_lost)
-                revoked = set()
             else:
+                revoked = set(self._assignment) - set(partitions)
                 self._assignment = partitions
                 self._lost_at_assignment = self._generations_lost
             self._topics = topics
@@ -472,12 +480,9 @@ class GroupMember(GroupCommits):
                  " (leader, assignment kept)" if leader and response.skip_assignment else
                  " (leader)" if leader else "", _describe(partitions))
         self._start_heartbeat()
-        if cooperative and revoked:
-            # KIP-429's second round: what this member gave up is assigned to nobody until it
-            # says it no longer owns it. Its processed offsets were committed before the join
-            # and nothing was read since, so it rejoins at once.
-            self.request_rejoin(f"it gave up {_describe(sorted(revoked))} in a cooperative "
-                                "rebalance")
+        if cooperative:
+            # Its processed offsets were committed before the join, nothing was read since.
+            self._rejoin_for_second_round(revoked)
         return True
 
     def _assign(self, members, generation: Generation, client: BrokerClient) -> list:

@@ -34,9 +34,6 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-import kafka.errors as Errors
-
-from ..errors import KafkaSourceError
 from ..wire.net.client import BrokerClient
 
 if TYPE_CHECKING:
@@ -49,29 +46,22 @@ class JoinLink:
     """The connection a join runs on. Without ``client``: the planning thread's, sharing the
     member's coordinator node with its commits; with one: a background rejoin's own."""
 
-    background = False
-
     def __init__(self, member: "GroupMember", client: BrokerClient | None = None):
         self.member = member
+        self.background = client is not None
         self.client = client or member._client
-        self._own = client is not None
         self._node = None
         self.cancelled = False            # the member left: nothing is taken over
 
     def coordinator(self):
-        if not self._own:
+        if not self.background:
             return self.member._coordinator()
         if self._node is None:
-            try:
-                self._node = self.client.find_coordinator(self.member.group_id)
-            except Errors.GroupAuthorizationFailedError:
-                raise KafkaSourceError(
-                    f"Not authorized to use consumer group '{self.member.group_id}' (option "
-                    "'kafka.group.id'): grant DESCRIBE and READ on the group.") from None
+            self._node = self.member._find_coordinator_on(self.client)
         return self._node
 
     def lost_coordinator(self) -> None:
-        if self._own:
+        if self.background:
             self._node = None
         else:
             self.member._node = None
@@ -88,7 +78,6 @@ class BackgroundRejoin(threading.Thread):
         self.topics = topics
         self.error: Exception | None = None
         self.link = JoinLink(member, member._rejoin_client())
-        self.link.background = True
 
     def cancel(self) -> None:
         self.link.cancelled = True
