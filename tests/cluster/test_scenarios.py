@@ -24,6 +24,10 @@ the rolling restart, the faults that move the group's coordinator, which in that
 the member's epoch and assignment as well as its offsets. Only on Kafka 4.0: the ZooKeeper-mode
 variant is skipped (``conftest.py``).
 
+One scenario makes the group rebalance while its coordinator crashes: the stream on
+``cooperative-sticky``, rejoining in the background, with members of the test's own
+(:mod:`.peer`) joining and holding the rebalance open.
+
 Two scenarios were strict xfails for connector bugs found here, until they were fixed: the
 frozen-planner one (a fenced member that nobody replaced went on where it was instead of at the
 group's older committed offset) and the sink-crash one (the producer never asked for new
@@ -233,6 +237,99 @@ def test_group_coordinator_sigkilled(whole_cluster, spark, figures, tmp_path, gr
         c.start(coordinator)
         c.wait_in_sync(coordinator)
         time.sleep(2)
+        run.finish()
+
+
+def test_group_coordinator_sigkilled_during_a_cooperative_rebalance(whole_cluster, spark, figures,
+                                                                    tmp_path):
+    """A stream on ``cooperative-sticky`` shares its group with two other members (peers,
+    :mod:`.peer`). While a rebalance waits for one of them, the stream keeps its partitions
+    and reads on -- its rejoin runs in the background, on a connection of its own, with
+    JoinGroup open at the coordinator -- and then the coordinator crashes: the open JoinGroup,
+    the heartbeats and the commits all lose it, the group is loaded by another broker as it
+    was in its last stable generation, and everyone rejoins there. When the peers leave, the
+    stream takes their partitions back from the group's commits: every record read once,
+    commits never backwards."""
+    from kafka_source import describe_group
+
+    from .peer import Peer
+
+    c = whole_cluster
+    with Run(c, spark, figures, tmp_path, "coop-coordinator", partitions=4) as run:
+        run.start_feed()
+        stream = run.start_stream(assignor="cooperative-sticky")
+        run.wait_until_busy()
+        peers = []
+
+        def group():
+            try:
+                status = describe_group(c.live_bootstrap_servers(), run.group)
+            except Exception:  # noqa: BLE001 - no coordinator for the moment
+                return "", {}
+            return status.state, {m.member_id: {p for _, p in m.partitions}
+                                  for m in status.members}
+
+        def stable_with(n_members: int):
+            state, members = group()
+            return members if state == "Stable" and len(members) == n_members \
+                and sum(len(ps) for ps in members.values()) == run.partitions \
+                and all(members.values()) else None
+
+        def peer_trouble() -> str:
+            return "; ".join(f"{p.name}: {len(p.errors)} errors, last {p.errors[-1:]}"
+                             for p in peers)
+
+        try:
+            held = Peer(run.bootstrap, run.topic, run.group, "held")
+            peers.append(held)
+            held.start()
+            members = wait_until(lambda: stable_with(2), 90,
+                                 f"a stable group of the stream and one peer ({peer_trouble()})")
+            (stream_member, kept), = ((m, ps) for m, ps in members.items()
+                                      if m != held.member_id)
+            run.log(f"the stream keeps partitions {sorted(kept)}; the held peer has "
+                    f"{sorted(members[held.member_id])}")
+
+            # The held peer stops answering; a third member joins: the rebalance waits for it.
+            held.hold()
+            joining = Peer(run.bootstrap, run.topic, run.group, "joining")
+            peers.append(joining)
+            joining.start()
+            wait_until(lambda: group()[0] == "PreparingRebalance", 30, "the rebalance to begin")
+            time.sleep(1.5)                     # the stream's heartbeat hears of it
+            before = stream.query.lastProgress["batchId"]
+            time.sleep(3)
+            during = stream.query.lastProgress["batchId"] - before
+            state = group()[0]
+            run.log(f"{during} micro-batches in 3 s of the rebalance held ({state})")
+            assert state == "PreparingRebalance", f"the rebalance was not held: {state}"
+            assert during >= 2, f"the stream paused in the rebalance: {during} micro-batches"
+
+            coordinator = c.coordinator(run.group)
+            before = stream.query.lastProgress["batchId"]
+            c.kill(coordinator)
+            figures.fault("SIGKILL coordinator in a cooperative rebalance")
+            c.wait_noticed_down(coordinator)
+            assert c.coordinator(run.group) != coordinator
+            held.release()
+            members = wait_until(lambda: stable_with(3), 120,
+                                 "a stable group of three with the coordinator moved "
+                                 f"({peer_trouble()})")
+            run.log(f"stable without the crashed coordinator: {members}, "
+                    f"{stream.query.lastProgress['batchId'] - before} micro-batches since the "
+                    f"crash; {peer_trouble()}")
+            # Neither fenced nor revoked: the stream is the member it was, with what it kept
+            # (the sticky assignor moves one of the held peer's two partitions to the new one).
+            assert members.get(stream_member) == kept, (stream_member, kept, members)
+            c.start(coordinator)
+            c.wait_in_sync(coordinator)
+            time.sleep(2)
+        finally:
+            for peer in peers:
+                peer.close()
+        # The stream takes every partition back, from what the peers' group committed (the
+        # stream's own commits: the peers read and commit nothing).
+        wait_until(lambda: stable_with(1), 90, "the stream alone in the group again")
         run.finish()
 
 
