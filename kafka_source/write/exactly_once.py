@@ -25,17 +25,18 @@ On the driver, ``commit(messages, N)``
   1. Records the commit: OffsetCommit of the marker group, one partition of a topic written,
      offset N + 1, and as metadata each transaction, compactly: task, producer id, epoch and
      the digest (the transactional ids follow from the prefix, query id and task numbers).
-  2. Commits each transaction (EndTxn). A commit repeated on a committed transaction succeeds.
+  2. Commits each transaction (EndTxn), all at once (:mod:`.ending`). A commit repeated on a
+     committed transaction succeeds.
   3. If the broker aborted some of them (the batch took longer than
      ``kafka.transaction.timeout.ms`` from its first record to the commit), it still commits
      the others -- the marker records them as committed -- and fails the query, saying so:
      the restart repairs the batch.
 
 Re-runs (the marker covers N: the driver crashed between step 1 and Spark's commit log)
-  The task *settles* every transaction the marker records: EndTxn(commit) of each, which
-  finishes a commit the crashed driver began, and tells which of them the broker aborted
-  meanwhile (a fenced epoch). If none was, the batch is whole: the task writes nothing, and the
-  driver's commit settles them once more. This is the usual case.
+  The task *settles* every transaction the marker records: EndTxn(commit) of each, all at
+  once, which finishes a commit the crashed driver began, and tells which of them the broker
+  aborted meanwhile (a fenced epoch). If none was, the batch is whole: the task writes
+  nothing, and the driver's commit settles them once more. This is the usual case.
 
   If some were aborted -- a driver that died between two EndTxn calls and came back after the
   transaction timeout, or step 3 -- the batch is committed in part, and writing it all again
@@ -116,22 +117,33 @@ class CheckpointBehindMarkerError(KafkaSourceError):
 # EndTxn, for the tasks of a re-run and for the driver
 
 class _Ends:
-    """EndTxn through one connection set for all of a batch's transactions."""
+    """EndTxn through one connection set for all of a batch's transactions, all of them at
+    once (:mod:`.ending`): the driver commits one transaction per write task before the next
+    micro-batch can start, and each task of a re-run settles every one the marker records."""
 
     def __init__(self, client: "BrokerClient"):
         self.client = client
 
-    def end(self, options, handle, commit: bool) -> None:
-        from .producer import end_transaction
+    def end_each(self, handles: Sequence, commit: bool) -> list:
+        """Per handle, in order: None if it was ended as asked, else its failure (every one
+        is attempted, see :func:`.ending.end_each`)."""
+        from .ending import end_each
 
-        end_transaction(options.client_config, handle, commit, client=self.client)
+        return end_each(self.client, list(handles), commit)
 
-    def end_quietly(self, options, handle, commit: bool) -> None:
+    def end_quietly(self, handles: Sequence, commit: bool) -> None:
+        """End them all, logging failures: best effort, the broker aborts what is left open
+        at the transaction timeout."""
         try:
-            self.end(options, handle, commit)
-        except Exception:  # noqa: BLE001 - best effort: the broker aborts it at the timeout
-            log.warning("Could not %s transaction '%s'", "commit" if commit else "abort",
-                        handle.transactional_id, exc_info=True)
+            errors = self.end_each(handles, commit)
+        except Exception:  # noqa: BLE001
+            log.warning("Could not %s %d transaction(s)", "commit" if commit else "abort",
+                        len(handles), exc_info=True)
+            return
+        for h, error in zip(handles, errors):
+            if error is not None:
+                log.warning("Could not %s transaction '%s': %s",
+                            "commit" if commit else "abort", h.transactional_id, error)
 
 
 # --- executor side ------------------------------------------------------------------------------
@@ -249,21 +261,20 @@ def _recorded_entries(offsets, batch_id: int, group: str) -> list[MarkerEntry]:
 def _settle(options, ends: "_Ends", prefix: str, query_id: str,
             entries: Sequence[MarkerEntry]) -> list[bool]:
     """Commit every transaction the marker records (EndTxn; committing a committed one
-    succeeds, and one still open is committed, as the marker says); per entry, True if it is
-    committed, False if it cannot be (the broker aborted it). Any other failure is raised."""
+    succeeds, and one still open is committed, as the marker says), all at once; per entry, in
+    the entries' order, True if it is committed, False if it cannot be (the broker aborted
+    it). Any other failure is raised -- the first in the entries' order -- once every entry
+    was attempted, so that no transaction the marker calls committed stays open for it."""
     from .producer import TransactionFencedError, TransactionHandle
 
-    fates = []
-    for e in entries:
-        # EndTxn needs no partitions; a handle without any would be skipped as empty.
-        handle = TransactionHandle(transactional_id(prefix, query_id, e.task, e.round),
-                                   e.producer_id, e.epoch, (("", 0),))
-        try:
-            ends.end(options, handle, commit=True)
-            fates.append(True)
-        except TransactionFencedError:
-            fates.append(False)
-    return fates
+    # EndTxn needs no partitions; a handle without any would be skipped as empty.
+    handles = [TransactionHandle(transactional_id(prefix, query_id, e.task, e.round),
+                                 e.producer_id, e.epoch, (("", 0),)) for e in entries]
+    errors = ends.end_each(handles, commit=True)
+    for error in errors:
+        if error is not None and not isinstance(error, TransactionFencedError):
+            raise error
+    return [error is None for error in errors]
 
 
 # --- driver side --------------------------------------------------------------------------------
@@ -369,8 +380,7 @@ def _commit_rerun(options, messages: Sequence, written, query_id: str, batch_id:
     if not aborted:
         # Every task saw the marker complete and wrote nothing; what one wrote anyway would be
         # a duplicate.
-        for _, h in written:
-            ends.end_quietly(options, h, commit=False)
+        ends.end_quietly([h for _, h in written], commit=False)
         if entries:
             log.warning("Exactly-once batch %d was recorded as committed before a restart: "
                         "completed the commit of its %d transaction(s).", batch_id,
@@ -401,24 +411,29 @@ def _commit_rerun(options, messages: Sequence, written, query_id: str, batch_id:
 
 
 def _end_all(options, ends: _Ends, written, store: MarkerStore, batch_id: int) -> None:
-    """EndTxn(commit) every handle. If the broker aborted some (transaction timeout), commit
-    the others all the same -- the marker records them as committed -- and fail: the restart
-    writes the rows of the aborted ones again (:class:`_Repair`)."""
+    """EndTxn(commit) every handle, all at once. If the broker aborted some (transaction
+    timeout), commit the others all the same -- the marker records them as committed -- and
+    fail: the restart writes the rows of the aborted ones again (:class:`_Repair`). Any other
+    failure (a coordinator unreachable within the request timeout) fails the batch too, after
+    every other transaction was committed: the restart completes the commit."""
     from .producer import TransactionFencedError
 
-    committed = 0
-    failed = []
-    for task, h in written:
-        try:
-            ends.end(options, h, commit=True)
-            committed += 1
-        except TransactionFencedError as exc:
-            failed.append((task, h, exc))
-        except Exception as exc:
-            raise TransactionCommitError(
-                f"Could not commit the transaction '{h.transactional_id}' of exactly-once "
-                f"batch {batch_id}: {exc} The batch is recorded as committed (group "
-                f"'{store.group}'): restarting the query completes its commit.") from exc
+    errors = ends.end_each([h for _, h in written], commit=True)
+    committed = sum(1 for e in errors if e is None)
+    failed = [(task, h, e) for (task, h), e in zip(written, errors)
+              if isinstance(e, TransactionFencedError)]
+    other = [(task, h, e) for (task, h), e in zip(written, errors)
+             if e is not None and not isinstance(e, TransactionFencedError)]
+    if other:
+        task, h, exc = other[0]
+        more = len(other) + len(failed) - 1
+        raise TransactionCommitError(
+            f"Could not commit the transaction '{h.transactional_id}' of exactly-once "
+            f"batch {batch_id}: {exc}"
+            + (f" ({more} other transaction(s) of the batch failed too; {committed} of its "
+               f"{len(written)} are committed.)" if more else "")
+            + f" The batch is recorded as committed (group '{store.group}'): restarting the "
+            "query completes its commit.") from exc
     if failed:
         task, h, exc = failed[0]
         raise TransactionCommitError(
@@ -451,12 +466,10 @@ def abort_batch(options, messages: Sequence, batch_id: int) -> None:
                         "transactions are committed when the query restarts.", batch_id)
             # A failed repair's own transactions are not in the marker: abort them now
             # rather than hold read_committed readers up until the broker times them out.
-            for m in messages:
-                if m is not None and m.transaction is not None and m.repair_round:
-                    ends.end_quietly(options, m.transaction, commit=False)
+            ends.end_quietly([m.transaction for m in messages if m is not None
+                              and m.transaction is not None and m.repair_round], commit=False)
             return
-        for _, h in _written(messages):
-            ends.end_quietly(options, h, commit=False)
+        ends.end_quietly([h for _, h in _written(messages)], commit=False)
         # Tasks that failed may have left a transaction open: fence their slots now, so that
         # read_committed readers are not held up until the transaction timeout.
         for task, m in enumerate(messages):

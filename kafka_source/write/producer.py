@@ -15,7 +15,9 @@ modules of their own, each with the why of its part in its docstring:
     partition's batches in sequence order.
 :mod:`~kafka_source.write.transactions` -- idempotence and transactions
     InitProducerId, AddPartitionsToTxn, and the :class:`TransactionHandle` that the driver
-    commits or aborts with :func:`end_transaction`.
+    commits or aborts.
+:mod:`~kafka_source.write.ending` -- ending transactions
+    :func:`end_transaction`, and :func:`end_transactions` for many at once (EndTxn).
 :mod:`~kafka_source.write.produce_errors` -- what the producer's failures say.
 :mod:`~kafka_source.write.clock` -- the time, simulated in unit tests.
 
@@ -68,8 +70,9 @@ from .batches import (TopicPartition, _Accumulator, _bare_sizes, _group_by_parti
 from .clock import _Clock
 from .produce_errors import _NONE, _produce_error
 from .sending import _MAX_IN_FLIGHT_IDEMPOTENT, _Request, _Sender
+from .ending import end_transaction, end_transactions
 from .transactions import (TransactionFencedError, TransactionHandle, _Transactional,
-                           abort_stale_transaction, end_transaction, end_transactions)
+                           abort_stale_transaction)
 
 log = logging.getLogger(__name__)
 

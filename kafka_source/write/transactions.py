@@ -12,15 +12,15 @@ Transactions
     aborts their open transaction), adds every partition to the transaction
     (AddPartitionsToTxn) before writing to it, and marks its batches transactional.
     ``Producer.transaction`` flushes and returns a :class:`TransactionHandle`; nothing is
-    committed there: the handle travels to the Spark driver, which commits or aborts with
-    :func:`end_transaction` once every task succeeded.
+    committed there: the handle travels to the Spark driver, which commits or aborts it with
+    those of the other tasks once every task succeeded (:mod:`kafka_source.write.ending`).
 
 The executor's side is :class:`_Transactional`, methods of
 :class:`~kafka_source.write.producer.Producer` (a mixin, for the reason given in
-:mod:`kafka_source.write.batches`). The driver's side -- :func:`end_transaction`,
-:func:`end_transactions`, :func:`abort_stale_transaction` -- needs no producer, only a
-connection. Both get producer ids with :func:`_init_producer_id`: a new producer fences the
-older ones of its id just as :func:`abort_stale_transaction` does.
+:mod:`kafka_source.write.batches`). The driver's side -- :func:`abort_stale_transaction` here,
+and ending transactions, many at once (:mod:`kafka_source.write.ending`) -- needs no producer,
+only a connection. Both get producer ids with :func:`_init_producer_id`: a new producer fences
+the older ones of its id just as :func:`abort_stale_transaction` does.
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 import kafka.errors as Errors
-from kafka.protocol.producer import (AddPartitionsToTxnRequest, EndTxnRequest,
-                                     InitProducerIdRequest)
+from kafka.protocol.producer import AddPartitionsToTxnRequest, InitProducerIdRequest
 
 from ..config.sink_options import DEFAULT_EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS
 from ..errors import ProduceError
@@ -47,7 +46,6 @@ log = logging.getLogger("kafka_source.write.producer")
 # Protocol version caps (see the docstring of kafka_source.write.producer).
 _INIT_PRODUCER_ID_MAX_VERSION = 4
 _ADD_PARTITIONS_MAX_VERSION = 3
-_END_TXN_MAX_VERSION = 4
 
 _TXN_RETRY_BACKOFF_S = 0.02      # CONCURRENT_TRANSACTIONS clears within milliseconds (Java: 20 ms)
 _COORDINATOR_MOVED = (Errors.CoordinatorNotAvailableError, Errors.NotCoordinatorError,
@@ -60,7 +58,8 @@ class TransactionHandle:
 
     Picklable (plain fields): it travels to the Spark driver in a commit message.
     ``partitions`` are the partitions written in it; empty when nothing was written, and then
-    there is nothing to commit (:func:`end_transaction` does nothing)."""
+    there is nothing to commit (:func:`~kafka_source.write.ending.end_transaction` does
+    nothing)."""
 
     transactional_id: str
     producer_id: int
@@ -162,94 +161,8 @@ class _Transactional:
 
 
 # --------------------------------------------------------------------------------------------
-# Driver side: ending and aborting transactions
+# Driver side: fencing an id and aborting its transaction (ending them: .ending)
 # --------------------------------------------------------------------------------------------
-
-def end_transaction(client_config: Mapping[str, object], handle: TransactionHandle,
-                    commit: bool, *, timeout_ms: int | None = None, client=None,
-                    clock=None) -> None:
-    """Commit (``commit=True``) or abort the transaction of ``handle`` (EndTxn on the
-    transaction coordinator), retrying coordinator moves and CONCURRENT_TRANSACTIONS for at
-    most ``timeout_ms`` (default ``kafka.request.timeout.ms``).
-
-    Committing a transaction that is already committed succeeds (the driver may retry a commit
-    after a crash), as does aborting one already aborted; a handle without partitions has
-    nothing to end. :class:`TransactionFencedError` when the transaction can no longer be
-    ended as asked (see there); :class:`ProduceError` naming the transactional id otherwise."""
-    if not handle.partitions:
-        return
-    clock = clock or _Clock()
-    own = client is None
-    client = client if client is not None else BrokerClient(client_config)
-    try:
-        timeout_ms = client.request_timeout_ms if timeout_ms is None else timeout_ms
-        deadline = clock.now() + timeout_ms / 1000
-        tid = handle.transactional_id
-        action = "commit" if commit else "abort"
-        node = None
-        last = None
-        while True:
-            pause = 0.1
-            try:
-                if node is None:
-                    node = client.find_transaction_coordinator(tid)
-                response = client.send(node, EndTxnRequest(
-                    transactional_id=tid, producer_id=handle.producer_id,
-                    producer_epoch=handle.producer_epoch, committed=commit,
-                    max_version=_END_TXN_MAX_VERSION))
-                error = error_for(response.error_code)
-                if error is Errors.NoError:
-                    return
-                last = error.__name__
-                if error in _FENCED:
-                    raise TransactionFencedError(
-                        f"Could not {action} the transaction of transactional id '{tid}' "
-                        f"(producer id {handle.producer_id}, epoch {handle.producer_epoch}): "
-                        f"{error.__name__}. A newer producer with this transactional id was "
-                        "started, or the broker aborted the transaction because it was open "
-                        "longer than 'kafka.transaction.timeout.ms'; its records are not "
-                        "committed.")
-                if error is Errors.InvalidTxnStateError:
-                    # What Kafka answers for a commit of an aborted transaction (and an abort of
-                    # a committed one): it cannot be ended the other way any more.
-                    raise TransactionFencedError(
-                        f"Could not {action} the transaction of transactional id '{tid}' "
-                        f"(producer id {handle.producer_id}, epoch {handle.producer_epoch}): "
-                        "INVALID_TXN_STATE -- it was already "
-                        f"{'aborted' if commit else 'committed'} (or never begun).")
-                if error in _COORDINATOR_MOVED:
-                    node = None
-                elif error is Errors.ConcurrentTransactionsError:
-                    pause = _TXN_RETRY_BACKOFF_S
-                elif not getattr(error, "retriable", False):
-                    raise ProduceError(
-                        f"Could not {action} the transaction of transactional id '{tid}': "
-                        f"{error.__name__} ({getattr(error, 'description', '')}).")
-            except RetriableBrokerError as exc:
-                last = str(exc)
-                node = None
-            if clock.now() >= deadline:
-                raise ProduceError(
-                    f"Could not {action} the transaction of transactional id '{tid}' within "
-                    f"{timeout_ms} ms. Last error: {last}")
-            clock.sleep(pause)
-    finally:
-        if own:
-            client.close()
-
-
-def end_transactions(client_config: Mapping[str, object], handles: Iterable[TransactionHandle],
-                     commit: bool, *, timeout_ms: int | None = None) -> None:
-    """:func:`end_transaction` for each of ``handles`` in turn, over one connection to the
-    cluster (the driver ends one transaction per write task). The first failure is raised; the
-    handles after it are not ended."""
-    handles = [h for h in handles if h.partitions]
-    if not handles:
-        return
-    with BrokerClient(client_config) as client:
-        for handle in handles:
-            end_transaction(client_config, handle, commit, timeout_ms=timeout_ms, client=client)
-
 
 def abort_stale_transaction(client_config: Mapping[str, object], transactional_id: str,
                             timeout_ms: int, *, transaction_timeout_ms: int = 60_000,

@@ -3,7 +3,10 @@
 :class:`FakeProduceCluster` stands in for the :class:`~kafka_source.wire.net.client.BrokerClient`
 calls the producer makes -- ``metadata``, ``node_ready``, ``send_async``, ``poll``,
 ``unsent_bytes`` for Produce, and the blocking ``send`` for InitProducerId, AddPartitionsToTxn
-and EndTxn -- and plays the brokers' side the way Kafka does:
+and EndTxn -- and the ones that end many transactions at once
+(:mod:`kafka_source.write.ending`): ``any_node``, ``api_version``, ``in_flight_limit``,
+``coordinator_node`` and ``send_async`` for FindCoordinator and EndTxn. It plays the brokers'
+side the way Kafka does:
 
 * Requests go through the wire format: each is encoded at the version a broker would negotiate
   (the request's ``max_version`` capped by :data:`BROKER_MAX_VERSIONS`) and decoded back, so a
@@ -22,6 +25,21 @@ and EndTxn -- and plays the brokers' side the way Kafka does:
   :meth:`break_next` (the next request to a broker fails with a network error, before or after
   the broker appended it), :meth:`move_leader`, :meth:`hold` (responses of a broker wait until
   :meth:`release`; meanwhile requests pile up in flight, which is what pipelining tests look at).
+* Transaction coordinators: each transactional id has one broker (spread over ``brokers`` by
+  the id's CRC-32, or set with :meth:`move_txn_coordinator`); a transaction request sent to
+  another broker's coordinator connection (``coordinator-{broker}``) is answered
+  NOT_COORDINATOR, as Kafka does. FindCoordinator carries every key of the request from v4 on
+  (KIP-699) and one key before (``versions`` caps the broker's versions: Kafka 2.2 has v2).
+  Per id, :attr:`lookup_script` scripts its FindCoordinator answers (an error code, or
+  ``("node", broker)``: a stale answer naming another broker) and :attr:`end_script` its EndTxn
+  answers (error codes, or an exception for a failed connection).
+* Round trips are counted (:attr:`round_trips`): each blocking ``send`` (and
+  ``find_transaction_coordinator``, which is one FindCoordinator) is one, and so is each
+  ``poll`` that answers requests in flight -- all of them at once, as brokers answering
+  requests sent together do. More than ``in_flight_limit`` requests in flight to one node fail
+  at once (NodeNotReadyError, counted in :attr:`refused`), as kafka-python fails them;
+  :attr:`in_flight_peak` is the most requests that were in flight to each node,
+  :attr:`txn_in_flight_peak` the most FindCoordinator and EndTxn requests in flight together.
 * Time is simulated (:class:`SimClock`): a poll with nothing to deliver advances it by its
   timeout, so linger, backoff and timeouts are exercised without waiting. Held requests fail
   with RequestTimedOutError once their timeout passes, as kafka-python fails them.
@@ -29,12 +47,14 @@ and EndTxn -- and plays the brokers' side the way Kafka does:
 
 from __future__ import annotations
 
+import zlib
 from collections import deque
 from dataclasses import dataclass, field
 
 import kafka.errors as Errors
 from kafka.future import Future
-from kafka.protocol.metadata import ApiVersionsRequest
+from kafka.protocol.metadata import (ApiVersionsRequest, FindCoordinatorRequest,
+                                     FindCoordinatorResponse)
 from kafka.protocol.producer import (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
                                      EndTxnRequest, EndTxnResponse, InitProducerIdRequest,
                                      InitProducerIdResponse, ProduceRequest, ProduceResponse)
@@ -58,10 +78,16 @@ UNKNOWN_PRODUCER_ID = 59
 INVALID_RECORD = 87
 PRODUCER_FENCED = 90
 NOT_COORDINATOR = 16
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
 # What a Kafka 4.0 broker supports at most.
 BROKER_MAX_VERSIONS = {ProduceRequest: 12, InitProducerIdRequest: 5, AddPartitionsToTxnRequest: 5,
-                       EndTxnRequest: 5}
+                       EndTxnRequest: 5, FindCoordinatorRequest: 6}
+# What a Kafka 2.2 broker supports at most.
+KAFKA_2_2_VERSIONS = {ProduceRequest: 7, InitProducerIdRequest: 1, AddPartitionsToTxnRequest: 1,
+                      EndTxnRequest: 1, FindCoordinatorRequest: 2}
 _RESPONSES = {ProduceRequest: ProduceResponse, InitProducerIdRequest: InitProducerIdResponse,
               AddPartitionsToTxnRequest: AddPartitionsToTxnResponse,
               EndTxnRequest: EndTxnResponse}
@@ -116,10 +142,10 @@ class _Pending:
     deadline: float
 
 
-def _wire(request, cls):
+def _wire(request, cls, versions=None):
     """``request`` as a broker sees it: encoded at the negotiated version and decoded."""
     version = min(request._max_version if request._max_version is not None else cls.max_version,
-                  BROKER_MAX_VERSIONS[cls])
+                  (versions or BROKER_MAX_VERSIONS)[cls])
     assert (request._min_version or 0) <= version
     data = request.encode(version=version)
     return cls.decode(bytes(data), version=version), version
@@ -132,8 +158,10 @@ def _respond(cls, version, **fields):
 
 
 class FakeProduceCluster:
-    def __init__(self, topics: dict[str, int], *, brokers=(1,), clock: SimClock | None = None):
+    def __init__(self, topics: dict[str, int], *, brokers=(1,), clock: SimClock | None = None,
+                 versions: dict | None = None):
         self.clock = clock or SimClock()
+        self.versions = dict(versions or BROKER_MAX_VERSIONS)
         self.brokers = list(brokers)
         self.topics = dict(topics)
         self.leaders = {(t, p): self.brokers[p % len(self.brokers)]
@@ -163,6 +191,14 @@ class FakeProduceCluster:
         self.transactions: dict = {}            # tid -> {"pid", "epoch", "state", "partitions"}
         self.txn_script: dict = {"init": deque(), "add": deque(), "end": deque()}
         self.txn_requests: list = []            # (kind, decoded request)
+        self.txn_coordinators: dict = {}        # tid -> broker, where not by the id's hash
+        self.lookup_script: dict = {}           # tid -> deque of codes / ("node", broker)
+        self.end_script: dict = {}              # tid -> deque of codes / exceptions
+        self.lookups: list = []                 # (version, [keys]) of every FindCoordinator
+        self.ends: list = []                    # (node, tid, code) of every EndTxn answered
+        self.round_trips = 0
+        self.txn_in_flight_peak = 0
+        self.refused = 0                        # requests past in_flight_limit
 
     # --- scripting ---------------------------------------------------------------------------
 
@@ -186,6 +222,29 @@ class FakeProduceCluster:
 
     def in_flight(self, node) -> int:
         return sum(1 for p in self._pending if p.node == node)
+
+    def txn_coordinator(self, tid: str):
+        """The broker coordinating transactional id ``tid``."""
+        if tid in self.txn_coordinators:
+            return self.txn_coordinators[tid]
+        return self.brokers[zlib.crc32(tid.encode()) % len(self.brokers)]
+
+    def move_txn_coordinator(self, tid: str, broker) -> None:
+        self.txn_coordinators[tid] = broker
+
+    def begin(self, tid: str, partitions=(("t", 0),)):
+        """An open transaction of ``tid`` with a new epoch, as a producer leaves it: what
+        InitProducerId and AddPartitionsToTxn make of it here, without their requests. Returns
+        (producer id, epoch)."""
+        txn = self.transactions.get(tid)
+        if txn is None:
+            self.next_producer_id += 1
+            txn = self.transactions[tid] = {"pid": self.next_producer_id, "epoch": -1,
+                                            "state": "Empty", "partitions": set()}
+        txn["epoch"] += 1
+        txn["state"] = "Ongoing"
+        txn["partitions"] = set(partitions)
+        return txn["pid"], txn["epoch"]
 
     def values(self, tp) -> list:
         return [r.value for r in self.logs.get(tp, PartitionLog()).records]
@@ -216,14 +275,33 @@ class FakeProduceCluster:
     def node_failing(self, node) -> bool:
         return node in self.unreachable
 
+    def any_node(self):
+        return min(self.brokers, key=self.in_flight)
+
+    def in_flight_limit(self, node) -> int:
+        return self.max_in_flight_setting or 5
+
+    def api_version(self, request_class) -> int:
+        return min(request_class.max_version, self.versions[request_class])
+
+    def coordinator_node(self, answer, key_type, key):
+        return f"coordinator-{answer.node_id}"
+
     def send_async(self, node, request, timeout_ms=None):
         future = Future()
-        decoded, version = _wire(request, ProduceRequest)
-        if decoded.acks == 0:
+        if self.in_flight(node) >= self.in_flight_limit(node):
+            self.refused += 1
+            return future.failure(Errors.NodeNotReadyError(f"Node paused: {node}"))
+        cls = type(request)
+        decoded, version = _wire(request, cls, self.versions)
+        if cls is ProduceRequest and decoded.acks == 0:
             future.success(None)
         self._pending.append(_Pending(node, (decoded, version), future,
                                       self.clock.now() + (timeout_ms or 30_000) / 1000))
         self.in_flight_peak[node] = max(self.in_flight_peak.get(node, 0), self.in_flight(node))
+        if cls is not ProduceRequest:
+            self.txn_in_flight_peak = max(self.txn_in_flight_peak, sum(
+                1 for p in self._pending if not isinstance(p.request[0], ProduceRequest)))
         return future
 
     def unsent_bytes(self, node) -> int:
@@ -242,15 +320,34 @@ class FakeProduceCluster:
                     delivered = True
                 continue
             self._pending.remove(pending)
-            self._serve(pending)
+            if isinstance(pending.request[0], ProduceRequest):
+                self._serve(pending)
+            else:
+                self._serve_txn(pending)
             delivered = True
-        if not delivered:
+        if delivered:
+            self.round_trips += 1
+        else:
             self.clock.sleep(timeout_ms / 1000)
 
     def find_transaction_coordinator(self, transactional_id):
-        return "coordinator-1"
+        """One FindCoordinator round trip for one id, as BrokerClient makes it."""
+        self.round_trips += 1
+        request = FindCoordinatorRequest(key=transactional_id, key_type=1,
+                                         coordinator_keys=[transactional_id])
+        decoded, version = _wire(request, FindCoordinatorRequest, self.versions)
+        self.lookups.append((version, [transactional_id]))
+        code, broker = self._coordinator_answer(transactional_id)
+        if code:
+            error = Errors.for_code(code)
+            if not getattr(error, "retriable", False):
+                raise error(f"FindCoordinator for transactional id '{transactional_id}'")
+            raise RetriableBrokerError(f"FindCoordinator for transactional id "
+                                       f"'{transactional_id}': {error.__name__}")
+        return f"coordinator-{broker}"
 
     def send(self, node, request, timeout_ms=None):
+        self.round_trips += 1
         if isinstance(request, ApiVersionsRequest):
             self.api_versions_calls.append(node)
             if self.unsent.get(node, 0) < 0:
@@ -260,8 +357,11 @@ class FakeProduceCluster:
                              (AddPartitionsToTxnRequest, self._add_partitions),
                              (EndTxnRequest, self._end_txn)):
             if isinstance(request, cls):
-                decoded, version = _wire(request, cls)
-                return handler(decoded, version)
+                decoded, version = _wire(request, cls, self.versions)
+                try:
+                    return handler(decoded, version, node)
+                except Errors.KafkaConnectionError as exc:   # as BrokerClient.send raises it
+                    raise RetriableBrokerError(f"broker {node}: {exc}") from exc
         raise AssertionError(f"unexpected request {request}")
 
     def close(self) -> None:
@@ -356,6 +456,52 @@ class FakeProduceCluster:
 
     # --- the transaction coordinator ---------------------------------------------------------
 
+    def _serve_txn(self, pending: _Pending) -> None:
+        """An answer to a FindCoordinator or EndTxn request sent with ``send_async``."""
+        request, version = pending.request
+        script = self._node_script.get(pending.node)
+        if script:
+            pending.future.failure(script.popleft()[0])
+            return
+        try:
+            if isinstance(request, FindCoordinatorRequest):
+                response = self._find_coordinator(request, version)
+            else:
+                response = self._end_txn(request, version, pending.node)
+        except Exception as exc:  # a scripted network failure
+            pending.future.failure(exc)
+            return
+        pending.future.success(response)
+
+    def _coordinator_answer(self, tid: str):
+        """(error code, broker) of a FindCoordinator answer for ``tid``."""
+        script = self.lookup_script.get(tid)
+        step = script.popleft() if script else None
+        if isinstance(step, tuple):
+            return 0, step[1]
+        if step:
+            return step, -1
+        return 0, self.txn_coordinator(tid)
+
+    def _find_coordinator(self, request, version):
+        keys = request.coordinator_keys if version >= 4 else [request.key]
+        self.lookups.append((version, list(keys)))
+        answers = [(key, *self._coordinator_answer(key)) for key in keys]
+        if version >= 4:
+            C = FindCoordinatorResponse.Coordinator
+            return _respond(FindCoordinatorResponse, version, throttle_time_ms=0, coordinators=[
+                C(key=key, node_id=broker, host="fake", port=9092, error_code=code,
+                  error_message=None) for key, code, broker in answers])
+        _, code, broker = answers[0]
+        return _respond(FindCoordinatorResponse, version, throttle_time_ms=0, error_code=code,
+                        error_message=None, node_id=broker, host="fake", port=9092)
+
+    def _misdirected(self, tid, node) -> bool:
+        """A transaction request for ``tid`` sent to a coordinator connection of another
+        broker (the node None is the producer's own path, always right here)."""
+        return node is not None and tid is not None and \
+            node != f"coordinator-{self.txn_coordinator(tid)}"
+
     def _scripted(self, kind):
         script = self.txn_script[kind]
         if script:
@@ -365,9 +511,11 @@ class FakeProduceCluster:
             return step
         return None
 
-    def _init_producer_id(self, request, version):
+    def _init_producer_id(self, request, version, node=None):
         self.txn_requests.append(("init", request))
         code = self._scripted("init")
+        if not code and self._misdirected(request.transactional_id, node):
+            code = NOT_COORDINATOR
         if code:
             return _respond(InitProducerIdResponse, version, error_code=code, producer_id=-1,
                             producer_epoch=-1)
@@ -392,9 +540,11 @@ class FakeProduceCluster:
         return _respond(InitProducerIdResponse, version, error_code=0, producer_id=txn["pid"],
                         producer_epoch=txn["epoch"])
 
-    def _add_partitions(self, request, version):
+    def _add_partitions(self, request, version, node=None):
         self.txn_requests.append(("add", request))
         code = self._scripted("add") or 0
+        if not code and self._misdirected(request.v3_and_below_transactional_id, node):
+            code = NOT_COORDINATOR
         txn = self.transactions.get(request.v3_and_below_transactional_id)
         if not code and (txn is None or txn["epoch"] != request.v3_and_below_producer_epoch):
             code = PRODUCER_FENCED
@@ -410,9 +560,18 @@ class FakeProduceCluster:
         return _respond(AddPartitionsToTxnResponse, version, throttle_time_ms=0,
                         results_by_topic_v3_and_below=results)
 
-    def _end_txn(self, request, version):
+    def _end_txn(self, request, version, node=None):
         self.txn_requests.append(("end", request))
+        tid = request.transactional_id
         code = self._scripted("end")
+        own = self.end_script.get(tid)
+        if not code and own:
+            step = own.popleft()
+            if isinstance(step, Exception):
+                raise step
+            code = step
+        if not code and self._misdirected(tid, node):
+            code = NOT_COORDINATOR
         if not code:
             txn = self.transactions.get(request.transactional_id)
             want = "CompleteCommit" if request.committed else "CompleteAbort"
@@ -425,7 +584,8 @@ class FakeProduceCluster:
                 code = 0
             else:
                 code = INVALID_TXN_STATE
+        self.ends.append((node, tid, code))
         return _respond(EndTxnResponse, version, throttle_time_ms=0, error_code=code)
 
 
-__all__ = ["FakeProduceCluster", "SimClock", "RetriableBrokerError"]
+__all__ = ["FakeProduceCluster", "KAFKA_2_2_VERSIONS", "SimClock", "RetriableBrokerError"]

@@ -317,6 +317,42 @@ class BrokerClient:
             self.poll(0)
         return future
 
+    def any_node(self):
+        """A broker for a request that any broker answers (FindCoordinator, Metadata): the
+        least loaded one, as :meth:`send` picks it for ``node_id`` None. For callers of
+        :meth:`send_async`, which need to know where their requests are in flight."""
+        self.bootstrap()
+        return self._net.least_loaded_node(bootstrap_fallback=True)
+
+    def in_flight_limit(self, node_id) -> int:
+        """How many requests may be in flight on the connection to ``node_id`` (kafka-python's
+        ``max_in_flight_requests_per_connection``, as it was when the connection opened): one
+        more sent with :meth:`send_async` fails at once (NodeNotReadyError, "Node paused"), so
+        callers that pipeline keep below it."""
+        conn = self._net._manager._conns.get(node_id)
+        config = conn.config if conn is not None else self._connections.config
+        return int(config.get("max_in_flight_requests_per_connection", 5))
+
+    def api_version(self, request_class) -> int:
+        """The version of ``request_class`` requests are sent with: the highest that both
+        kafka-python and the brokers support (ApiVersions at bootstrap); -1 if the brokers
+        have none. For a caller whose request takes another shape from some version on
+        (FindCoordinator with many keys from v4)."""
+        self.bootstrap()
+        versions = self._connections.broker_version_data
+        if versions is None:
+            return -1
+        try:
+            return versions.api_version(request_class)
+        except Errors.IncompatibleBrokerVersion:
+            return -1
+
+    def coordinator_node(self, answer, key_type: CoordinatorType, key: str) -> str | int:
+        """The node id to send ``key``'s requests to, from a FindCoordinator ``answer`` without
+        error (the response before v4, one of its ``coordinators`` from v4): a coordinator
+        connection of its own, as kafka-python keeps it."""
+        return self._net.cluster.add_coordinator(answer, key_type, key)
+
     def poll(self, timeout_ms: float) -> None:
         """Do the network I/O that is possible now, waiting at most ``timeout_ms`` for some."""
         self._net._net.poll(timeout_ms=max(0, timeout_ms))
