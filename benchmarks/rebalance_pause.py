@@ -1,9 +1,12 @@
-"""How long each member of a group of one query and one Java consumer reads nothing while the
-query restarts and while the Java member joins, with each of the connector's ways of sharing a
+"""How long each member of a group of one query and two Java consumers reads nothing while the
+query restarts and while a Java member joins, with each of the connector's ways of sharing a
 group (issue 19): the goal is no pause for a member whose partitions do not move.
 
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/python benchmarks/rebalance_pause.py
     ... --modes eager,cooperative,static,consumer --runs 2 --json /tmp/pause.json
+
+``--java-members 1`` measures a group of the query and one Java consumer instead (the joining
+one), as the figures before 2026-11-26 evening were.
 
 Modes (the query's options; Kafka's Java console consumer gets the matching settings):
 
@@ -31,10 +34,12 @@ Per run and mode, on one Kafka 4.0 broker (``KAFKA_HOME`` or ``../shared/kafka``
    committed what it processed, as Java's consumer rejoins in ``poll()``. Without this wait the
    first run of a session measured that cold batch as the join's pause (8.8-18.8 s, in
    whichever mode ran first; about 1 s in every later run).
-3. **Join**: the Java console consumer joins; the group settles on two partitions each.
+3. **Join**: the first Java console consumer joins and the group settles on two partitions
+   each (not measured); then the second one joins -- measured -- and the group settles on
+   three members: two partitions for one of them, one for each of the others.
 4. **Restart**: the query is stopped (``query.stop()``) and started again at once from the same
-   checkpoint, the Java consumer reading on; the group settles on two and two again.
-5. **Leave**: the Java consumer stops (Ctrl-C: it commits, and leaves unless static) and the
+   checkpoint, the Java consumers reading on; the group settles on three members again.
+5. **Leave**: the Java consumers stop (Ctrl-C: each commits, and leaves unless static) and the
    query takes all four back.
 
 Measured, from the query's progress reports (the end offset of every partition after every
@@ -44,18 +49,20 @@ that reads the group's committed offsets every 100 ms:
 
 * at the join: the **pause of kept partitions** (the longest time a partition the query kept
   went without its end offset moving; records arrive every 50 ms, so a steady query moves it
-  every trigger), the longest **gap between micro-batches**, and the time until the group
-  settled; and, from the group's states sampled every 50 ms, the **rebalance** itself (from
-  the first state other than ``Stable`` to ``Stable`` again) and the kept partitions' longest
-  pause inside it -- the window above also holds the Java consumer's JVM start, which loads a
-  small machine before the member even joins;
+  every trigger), the same for the Java member already in the group (the partitions it had
+  before and after, from the records it printed), the longest **gap between micro-batches**,
+  and the time until the group settled; and, from the group's states sampled every 50 ms, the
+  **rebalance** itself (from the first state other than ``Stable`` to ``Stable`` again) and the
+  kept partitions' longest pause inside it -- the window above also holds the Java consumer's
+  JVM start, which loads a small machine before the member even joins;
 * at the restart: the **query's gap** (from ``query.stop()`` to the end of the restarted
   query's first micro-batch), the longest pause of the partitions it had before and after
-  (none when they all moved), the **Java member's gap** (the longest time one of the partitions
-  it had before and after went without a new record printed, from the stop until the group has
-  been settled for the ``--settle`` time; compare its steady gap before the stop), and
-  **whether the Java member's assignment changed** (every assignment the brokers reported for
-  it and the group's states: a static restart should show one assignment and ``Stable`` only);
+  (none when they all moved), the **Java members' gap** (the longest time one of the partitions
+  a Java member had before and after went without a new record printed, from the stop until the
+  group has been settled for the ``--settle`` time; compare their steady gap before the stop),
+  and **whether a Java member's assignment changed** (every assignment the brokers reported for
+  each and the group's states: a static restart should show one assignment each and ``Stable``
+  only);
 * the longest gap between micro-batches at the leave and when nothing changes;
 * **records checked, lost, read twice by the query, read by both members** (a handover between
   the two members is at-least-once on the Java side: its auto-commit runs every 200 ms; and a
@@ -188,24 +195,31 @@ def _is_java(member):
     return member[0].startswith("java-consumer")
 
 
+def _java_name(n):
+    """The client id of the ``n``-th Java member (1, 2, ...)."""
+    return f"java-consumer-{n}"
+
+
 def _alone(bootstrap, group):
     state, members = _group(bootstrap, group)
     return state == "Stable" and len(members) == 1 and \
         next(iter(members.values()))[2] == list(range(PARTITIONS))
 
 
-def _split(bootstrap, group):
-    """The members when the group is stable with two members of two partitions each."""
+def _split(bootstrap, group, java_members):
+    """{client id: partitions} when the group is stable with the query and ``java_members``
+    Java members, every member holding a balanced share of the partitions (none empty)."""
     state, members = _group(bootstrap, group)
-    if state == "Stable" and len(members) == 2 and \
-            sorted(len(m[2]) for m in members.values()) == [2, 2] and \
-            sum(map(_is_java, members.values())) == 1:
-        return members
+    sizes = [len(m[2]) for m in members.values()]
+    if state == "Stable" and len(members) == java_members + 1 and sum(sizes) == PARTITIONS \
+            and min(sizes) >= 1 and max(sizes) - min(sizes) <= 1 and \
+            sum(map(_is_java, members.values())) == java_members:
+        return {("query" if not _is_java(m) else m[0]): m[2] for m in members.values()}
     return None
 
 
 class _GroupSampler(threading.Thread):
-    """Describes the group every 200 ms: the states it went through and every assignment the
+    """Describes the group every 200 ms: the states it went through and every assignment each
     Java member had."""
 
     def __init__(self, bootstrap, group, interval_s=0.2):
@@ -213,7 +227,7 @@ class _GroupSampler(threading.Thread):
         self.bootstrap, self.group, self.interval_s = bootstrap, group, interval_s
         self.states: list[str] = []
         self.changes: list[tuple[float, str]] = []   # (time, state) at each change
-        self.java: list[list[int]] = []          # the Java member's partitions, each change
+        self.java: dict[str, list] = {}      # each Java member's partitions, each change
         self.stop_event = threading.Event()
 
     def run(self):
@@ -222,10 +236,11 @@ class _GroupSampler(threading.Thread):
             if state and (not self.states or self.states[-1] != state):
                 self.states.append(state)
                 self.changes.append((time.time(), state))
-            java = [m[2] for m in members.values() if _is_java(m)]
-            parts = java[0] if java else None
-            if state and (not self.java or self.java[-1] != parts):
-                self.java.append(parts)
+            if state:
+                for client, _, parts in (m for m in members.values() if _is_java(m)):
+                    seen = self.java.setdefault(client, [])
+                    if not seen or seen[-1] != parts:
+                        seen.append(parts)
             self.stop_event.wait(self.interval_s)
 
     def rebalance_window(self):
@@ -267,7 +282,7 @@ MODES = ("eager", "cooperative", "static", "consumer")
 
 
 def _mode_settings(mode, bootstrap, topic, group):
-    """(the query's options, the Java consumer's keyword arguments) of a mode."""
+    """(the query's options, the Java consumers' keyword arguments) of a mode."""
     options = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "kafka.group.id": group,
                "startingOffsets": "earliest",
                "kafka.max.poll.interval.ms": str(4 * SESSION_MS)}
@@ -287,7 +302,7 @@ def _mode_settings(mode, bootstrap, topic, group):
         # short, since a static member that stops does not leave: the group waits that long.
         options["kafka.group.instance.id"] = "pause-query"
         options["kafka.session.timeout.ms"] = str(STATIC_SESSION_MS)
-        java["group.instance.id"] = "pause-java"
+        java["group.instance.id"] = "pause-java"     # + the member's number
     return options, java
 
 
@@ -301,10 +316,20 @@ def _start_query(spark, options, work):
             .trigger(processingTime=TRIGGER).start())
 
 
-def one_run(spark, bootstrap, mode, settle_s):
+def _java_member(bootstrap, topic, group, n, settings):
+    """The ``n``-th Java console consumer of the run, with the mode's ``settings``."""
+    from tests.integration.java_consumer import JavaConsumer
+
+    settings = dict(settings)
+    if "group.instance.id" in settings:
+        settings["group.instance.id"] += f"-{n}"
+    return JavaConsumer(bootstrap, topic, group, track_arrivals=True, client_id=_java_name(n),
+                        **settings)
+
+
+def one_run(spark, bootstrap, mode, settle_s, java_members=2):
     from kafka_source.testing import create_topic, unique_topic_name
     from tests.cluster.scenario import CommitWatch
-    from tests.integration.java_consumer import JavaConsumer
 
     topic = unique_topic_name(f"pause-{mode}")
     group = unique_topic_name("g-pause")
@@ -318,7 +343,7 @@ def one_run(spark, bootstrap, mode, settle_s):
     options, java_settings = _mode_settings(mode, bootstrap, topic, group)
     query = _start_query(spark, options, work)
     points = []
-    java = None
+    javas = {}                      # client id -> JavaConsumer
     try:
         _wait(lambda: _alone(bootstrap, group), 90, "the query alone with all four partitions")
         # Past the query's cold start (step 2 of the module docstring): a join during its first
@@ -327,24 +352,34 @@ def one_run(spark, bootstrap, mode, settle_s):
               "the query's first two micro-batches")
         first_batch_s = _first_batch_s(query)
         watcher.start()
+        # The Java members already there when the measured one joins (not measured).
+        for n in range(1, java_members):
+            javas[_java_name(n)] = _java_member(bootstrap, topic, group, n, java_settings)
+            _wait(lambda: _split(bootstrap, group, len(javas)), 120,
+                  f"the query and {len(javas)} Java member(s), balanced")
         time.sleep(settle_s)
+        before_join = _split(bootstrap, group, len(javas))
 
         # (b) A Java member joins. Its JVM's start loads the machine before it joins, so the
         # group is watched closely too: the rebalance itself is the window its states show.
         joining = _GroupSampler(bootstrap, group, interval_s=0.05)
         joining.start()
         t_join = time.time()
-        java = JavaConsumer(bootstrap, topic, group, track_arrivals=True, **java_settings)
-        members = _wait(lambda: _split(bootstrap, group), 120,
-                        "two members with two partitions each")
+        javas[_java_name(java_members)] = _java_member(bootstrap, topic, group, java_members,
+                                                       java_settings)
+        members = _wait(lambda: _split(bootstrap, group, java_members), 120,
+                        f"the query and {java_members} Java members, balanced")
         t_split = time.time()
         joining.stop()
         window = joining.rebalance_window() or (t_join, t_split)
-        kept = next(m[2] for m in members.values() if not _is_java(m))
-        java_before = next(m[2] for m in members.values() if _is_java(m))
+        kept = members["query"]
+        # What the Java members already there kept through the join, each.
+        java_kept_at_join = {c: sorted(set(ps) & set(members[c]))
+                             for c, ps in (before_join or {}).items() if c != "query"}
+        java_before = {c: ps for c, ps in members.items() if c != "query"}
         time.sleep(settle_s)
 
-        # (a) The query restarts from its checkpoint while the Java member reads on.
+        # (a) The query restarts from its checkpoint while the Java members read on.
         sampler.start()
         t_stop = time.time()
         points += _progress_points(query)
@@ -354,23 +389,27 @@ def one_run(spark, bootstrap, mode, settle_s):
         t_started = time.time()
         first = _wait(lambda: next((ts for ts, _ in _progress_points(query)), None), 120,
                       "the restarted query's first micro-batch")
-        members = _wait(lambda: _split(bootstrap, group), 120,
-                        "two members with two partitions each after the restart")
+        members = _wait(lambda: _split(bootstrap, group, java_members), 120,
+                        "the query and the Java members, balanced, after the restart")
         t_resplit = time.time()
         time.sleep(settle_s)
         sampler.stop()
-        java_after = next(m[2] for m in members.values() if _is_java(m))
-        query_after = next(m[2] for m in members.values() if not _is_java(m))
+        java_after = {c: ps for c, ps in members.items() if c != "query"}
+        query_after = members["query"]
         t_restarted = time.time()
 
         t_leave = time.time()
-        java.process.terminate()          # as Ctrl-C: it commits and leaves the group
-        java.process.wait(30)
+        for java in javas.values():
+            java.process.terminate()      # as Ctrl-C: it commits and leaves the group
+        for java in javas.values():
+            java.process.wait(30)
         time.sleep(0.1)
-        java_arrivals = java.arrivals()   # everything it printed, now that it has stopped
-        java_values = list(java.values())
-        java.close()
-        java = None
+        # everything each printed, now that it has stopped
+        arrivals = {c: java.arrivals() for c, java in javas.items()}
+        java_values = [v for java in javas.values() for v in java.values()]
+        for java in javas.values():
+            java.close()
+        javas = {}
         _wait(lambda: _alone(bootstrap, group), 120, "the query alone again with all four")
         t_back = time.time()
         time.sleep(settle_s)
@@ -386,21 +425,30 @@ def one_run(spark, bootstrap, mode, settle_s):
 
         query_values = _wait(lambda: (lambda v: v if len(set(v) | set(java_values)) >= total
                                       else None)(read_by_query()), 120,
-                             f"all {total} records read by the two members")
+                             f"all {total} records read by the members")
         time.sleep(1)                           # anything read twice would show up by now
         query_values = read_by_query()
         points += _progress_points(query)
     finally:
-        if java is not None:
+        for java in javas.values():
             java.close()
         producer.stop_event.set()
         query.stop()
         watcher.stop()
         sampler.stop_event.set()
+
+    def java_gap(partitions_of, start, end):
+        """The longest gap of any Java member on its partitions in ``partitions_of``."""
+        gaps = [_java_gap(arrivals[c], ps, start, end) for c, ps in partitions_of.items() if ps]
+        return round(max(gaps), 2) if gaps else None
+
+    java_kept_at_restart = {c: sorted(set(java_before[c]) & set(java_after.get(c, ())))
+                            for c in java_before}
     expected = {f"p{p}-{n}" for p, c in sent.items() for n in range(c)}
     got = set(query_values) | set(java_values)
     return {
         "mode": mode,
+        "java_members": java_members,
         "records": total,
         "lost": len(expected - got),
         "read_twice_by_query": len(query_values) - len(set(query_values)),
@@ -414,17 +462,18 @@ def one_run(spark, bootstrap, mode, settle_s):
         "kept_pause_at_join_s": round(_stall(points, kept, t_join, t_split + 1.0), 2),
         "rebalance_at_join_s": round(window[1] - window[0], 2),
         "kept_pause_in_rebalance_s": round(_stall(points, kept, *window), 2),
+        # the Java member(s) already in the group: the longest pause of what they kept
+        "java_kept_at_join": java_kept_at_join,
+        "java_kept_pause_at_join_s": java_gap(java_kept_at_join, t_join, t_split + 1.0),
+        "java_kept_pause_in_rebalance_s": java_gap(java_kept_at_join, *window),
         "batch_gap_at_join_s": round(_gap(points, t_join, t_split + 1.0), 2),
-        "java_gap_steady_s": round(_java_gap(java_arrivals, java_before, t_split + 1.0,
-                                             t_stop), 2),
+        "java_gap_steady_s": java_gap(java_before, t_split + 1.0, t_stop),
         "stop_s": round(t_stopped - t_stop, 2),
         "start_s": round(t_started - t_stopped, 2),
         "query_gap_at_restart_s": round(first - t_stop, 2),
         "restart_to_split_s": round(t_resplit - t_stop, 2),
-        # the partitions the Java member had before and after (all of them, in every mode here)
-        "java_gap_at_restart_s": round(_java_gap(
-            java_arrivals, sorted(set(java_before) & set(java_after)), t_stop, t_restarted), 2)
-        if set(java_before) & set(java_after) else None,
+        # the partitions each Java member had before and after
+        "java_gap_at_restart_s": java_gap(java_kept_at_restart, t_stop, t_restarted),
         # the partitions the query had before and after: how long the longest of them waited
         "query_kept_pause_at_restart_s": round(_stall(
             points, sorted(set(kept) & set(query_after)), t_stop, t_restarted), 2)
@@ -432,7 +481,8 @@ def one_run(spark, bootstrap, mode, settle_s):
         "java_partitions": [java_before, java_after],
         "query_partitions": [kept, query_after],
         "java_assignments_at_restart": sampler.java,
-        "java_moved_at_restart": int(len(sampler.java) > 1 or java_after != java_before),
+        "java_moved_at_restart": int(any(len(seen) > 1 for seen in sampler.java.values())
+                                     or java_after != java_before),
         "group_states_at_restart": sampler.states,
         "batch_gap_at_leave_s": round(_gap(points, t_leave, t_back + 1.0), 2),
         "batch_gap_steady_s": round(_gap(points, t_back + 1.0, t_back + settle_s), 2),
@@ -445,12 +495,17 @@ def main(argv=None) -> int:
                     help="comma-separated, of " + ", ".join(MODES) + " (default: all)")
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--settle", type=float, default=5.0, help="seconds between the phases")
+    ap.add_argument("--java-members", type=int, default=2,
+                    help="Java consumers in the group with the query (default 2; the last to "
+                         "join is the measured join)")
     ap.add_argument("--json", metavar="PATH")
     args = ap.parse_args(argv)
     modes = args.modes.split(",")
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         ap.error(f"unknown mode(s) {unknown}: choose among {', '.join(MODES)}")
+    if args.java_members < 1:
+        ap.error(f"--java-members must be 1 or more, not {args.java_members}")
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -479,7 +534,8 @@ def main(argv=None) -> int:
         try:
             for run in range(args.runs):
                 for mode in modes:
-                    r = one_run(spark, broker.bootstrap_servers, mode, args.settle)
+                    r = one_run(spark, broker.bootstrap_servers, mode, args.settle,
+                                args.java_members)
                     r["run"] = run + 1
                     print(json.dumps(r), flush=True)
                     results.append(r)
@@ -488,6 +544,7 @@ def main(argv=None) -> int:
     counts = ["records", "lost", "read_twice_by_query", "read_by_both", "committed_backwards",
               "java_moved_at_restart"]
     times = ["kept_pause_at_join_s", "rebalance_at_join_s", "kept_pause_in_rebalance_s",
+             "java_kept_pause_at_join_s", "java_kept_pause_in_rebalance_s",
              "batch_gap_at_join_s", "join_to_split_s",
              "query_gap_at_restart_s", "query_kept_pause_at_restart_s", "java_gap_at_restart_s",
              "java_gap_steady_s", "batch_gap_at_leave_s", "batch_gap_steady_s"]
