@@ -332,3 +332,39 @@ def test_epoch_end_offsets_unauthorized_is_a_clear_error():
     client = Scripted(answer({"t": 0}), epoch_end_answer((0, TOPIC_AUTHORIZATION_FAILED, -1, -1)))
     with pytest.raises(TopicError, match="t-0"):
         client.epoch_end_offsets({("t", 0): 1})
+
+
+# --- a broker that refuses connections ------------------------------------------------------------
+
+def test_a_request_to_a_broker_that_refuses_connections_says_what_failed_and_when():
+    """kafka-python reports any node it cannot use as "not ready after <timeout> ms", also when
+    the connection was refused at once or not tried (reconnect backoff): a dead broker's log
+    then reads as if each request had waited the whole timeout. The error says what happened."""
+    import socket
+    import time
+
+    from kafka.protocol.metadata import MetadataRequest
+
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()                                  # nothing listens there now
+    client = BrokerClient({"bootstrap_servers": f"127.0.0.1:{port}",
+                           "request_timeout_ms": 20_000})
+    client._bootstrapped = True                     # as if the cluster had answered before
+    client._connections.cluster.update_metadata(answer({}, brokers=((1, "127.0.0.1", port),)))
+    try:
+        messages = []
+        for _ in range(2):                          # refused, then in reconnect backoff
+            started = time.monotonic()
+            with pytest.raises(RetriableBrokerError) as failed:
+                client.send(1, MetadataRequest(topics=[]))
+            assert time.monotonic() - started < 5
+            messages.append(str(failed.value))
+    finally:
+        client.close()
+    for message in messages:
+        assert "20000 ms" not in message and "not ready after" not in message, message
+        assert message.startswith("broker 1: ") and f"127.0.0.1:{port}" in message, message
+        assert "ECONNREFUSED" in message or "refused" in message.lower(), message
+    assert any("reconnect backoff" in m for m in messages), messages

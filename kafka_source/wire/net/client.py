@@ -243,8 +243,12 @@ class BrokerClient:
         if node_id is None:
             node_id = net.least_loaded_node(bootstrap_fallback=True)
         self.last_node = node_id
+        started = time.monotonic()
         try:
-            net.await_ready(node_id, timeout_ms=timeout_ms)
+            try:
+                net.await_ready(node_id, timeout_ms=timeout_ms)
+            except Errors.KafkaConnectionError:
+                raise Errors.KafkaConnectionError(self._not_connected(node_id, started)) from None
             future = net._manager.send(request, node_id=node_id, request_timeout_ms=timeout_ms)
             net._net.poll(timeout_ms=timeout_ms, future=future)
             if future.failed():
@@ -259,6 +263,21 @@ class BrokerClient:
             if fatal is not None:
                 raise BrokerSecurityError(str(fatal)) from None
             raise RetriableBrokerError(f"broker {node_id}: {exc}") from exc
+
+    def _not_connected(self, node_id, started: float) -> str:
+        """Why ``node_id`` could not be used, truthfully timed. kafka-python says "not ready
+        after <the timeout> ms" also when a refused connection failed at once, or when it did
+        not try at all because the node is in its reconnect backoff after a failed attempt --
+        which is what a fault's log would otherwise show for every request to a dead broker."""
+        manager = self._connections
+        text = f"no connection after {(time.monotonic() - started) * 1000:.0f} ms"
+        failure = manager.failures.get(node_id)
+        if failure is not None and failure[0] >= started - 60:
+            text += f"; last failure {time.monotonic() - failure[0]:.1f} s ago: {failure[1]}"
+        delay_s = manager.connection_delay(node_id)
+        if delay_s > 0:
+            text += f"; next attempt in {delay_s * 1000:.0f} ms (reconnect backoff)"
+        return text
 
     # --- pipelined requests (the sink's producer) -------------------------------------------
     #

@@ -180,6 +180,9 @@ class ConnectionManager(KafkaConnectionManager):
         # Which trust and key store options were given (for the diagnosis; values unused).
         self.tls_given = frozenset(k for k, v in (tls_settings or {}).items() if v)
         self.last_failure: str | None = None
+        # node id -> (time.monotonic() of the failure, what failed), for the error of a
+        # request that finds the node unreachable (BrokerClient.send).
+        self.failures: dict[int, tuple[float, str]] = {}
 
     async def _build_transport(self, node, timeout_at=None):
         sock = await create_connection(self._net, node.host, node.port,
@@ -222,6 +225,7 @@ class ConnectionManager(KafkaConnectionManager):
         fatal, hint = diagnose(exc, address=address, host=node.host, config=self.config,
                                tls_given=self.tls_given, during_setup=during_setup)
         self.last_failure = f"{address}: {exc}" + (f" ({hint})" if hint else "")
+        self.failures[node.node_id] = (time.monotonic(), self.last_failure)
         if fatal is not None:
             log.error("%s", fatal)
             self._auth_failures[node.node_id] = fatal
