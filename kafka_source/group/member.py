@@ -636,8 +636,11 @@ class GroupMember(GroupCommits):
 
     def _start_heartbeat(self) -> None:
         if self._heartbeat is None or not self._heartbeat.is_alive():
-            self._heartbeat = _HeartbeatThread(self)
-            self._heartbeat.start()
+            # Started before it is published: a background rejoin starts heartbeats while
+            # another thread may stop them (and whoever stopped one may join it).
+            thread = _HeartbeatThread(self)
+            thread.start()
+            self._heartbeat = thread
 
     def _stop_heartbeat(self) -> None:
         thread, self._heartbeat = self._heartbeat, None
