@@ -232,15 +232,21 @@ class FakeProduceCluster:
     def move_txn_coordinator(self, tid: str, broker) -> None:
         self.txn_coordinators[tid] = broker
 
-    def begin(self, tid: str, partitions=(("t", 0),)):
-        """An open transaction of ``tid`` with a new epoch, as a producer leaves it: what
-        InitProducerId and AddPartitionsToTxn make of it here, without their requests. Returns
-        (producer id, epoch)."""
+    def _transaction(self, tid: str) -> dict:
+        """The state of transactional id ``tid``, new (a new producer id, no epoch yet) if the
+        coordinator has not seen it."""
         txn = self.transactions.get(tid)
         if txn is None:
             self.next_producer_id += 1
             txn = self.transactions[tid] = {"pid": self.next_producer_id, "epoch": -1,
                                             "state": "Empty", "partitions": set()}
+        return txn
+
+    def begin(self, tid: str, partitions=(("t", 0),)):
+        """An open transaction of ``tid`` with a new epoch, as a producer leaves it: what
+        InitProducerId and AddPartitionsToTxn make of it here, without their requests. Returns
+        (producer id, epoch)."""
+        txn = self._transaction(tid)
         txn["epoch"] += 1
         txn["state"] = "Ongoing"
         txn["partitions"] = set(partitions)
@@ -524,11 +530,7 @@ class FakeProduceCluster:
             self.next_producer_id += 1
             return _respond(InitProducerIdResponse, version, error_code=0,
                             producer_id=self.next_producer_id, producer_epoch=0)
-        txn = self.transactions.get(tid)
-        if txn is None:
-            self.next_producer_id += 1
-            txn = self.transactions[tid] = {"pid": self.next_producer_id, "epoch": -1,
-                                            "state": "Empty", "partitions": set()}
+        txn = self._transaction(tid)
         txn["epoch"] += 1
         if txn["state"] == "Ongoing":
             # the abort markers go to the transaction's partitions with the new epoch, which
