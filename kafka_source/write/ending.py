@@ -51,7 +51,8 @@ from ..errors import BrokerSecurityError, ProduceError, RetriableBrokerError
 from ..wire.net.client import BrokerClient, error_for
 from .clock import _Clock
 from .produce_errors import _FENCED
-from .transactions import TransactionFencedError, TransactionHandle
+from .transactions import (_COORDINATOR_MOVED, _TXN_RETRY_BACKOFF_S, TransactionFencedError,
+                           TransactionHandle)
 
 log = logging.getLogger("kafka_source.write.producer")
 
@@ -59,9 +60,6 @@ _END_TXN_MAX_VERSION = 4        # see kafka_source.write.producer's docstring
 _BATCHED_LOOKUP_VERSION = 4     # FindCoordinator carries many keys from here (KIP-699)
 
 _RETRY_S = 0.1                  # after a coordinator move or a network failure
-_CONCURRENT_RETRY_S = 0.02      # CONCURRENT_TRANSACTIONS clears within milliseconds (Java: 20 ms)
-_COORDINATOR_MOVED = (Errors.CoordinatorNotAvailableError, Errors.NotCoordinatorError,
-                      Errors.CoordinatorLoadInProgressError)
 # A request that could not reach a broker, or whose connection failed: worth another go at a
 # coordinator looked up again. (UnknownBrokerIdError: a coordinator no longer in the metadata.)
 _NETWORK = (RetriableBrokerError, Errors.KafkaConnectionError, Errors.NodeNotReadyError,
@@ -216,8 +214,7 @@ class _Ending:
         except Exception as exc:  # noqa: BLE001 - no broker reached within the request timeout
             for tid, txns in wanted.items():
                 for t in txns:
-                    self._fail(t, ProduceError(f"Could not {self.action} the transaction of "
-                                               f"transactional id '{tid}': {exc}"))
+                    self._fail(t, ProduceError(f"{self._could_not(tid)}: {exc}"))
             return
         ids = list(wanted)
         groups = [ids] if batched else [[tid] for tid in ids]
@@ -275,8 +272,7 @@ class _Ending:
                 else:
                     for t in txns:
                         self._fail(t, ProduceError(
-                            f"Could not {self.action} the transaction of transactional id "
-                            f"'{tid}': FindCoordinator answered {error.__name__} "
+                            f"{self._could_not(tid)}: FindCoordinator answered {error.__name__} "
                             f"({getattr(error, 'description', '')})."))
 
     # --- EndTxn ---------------------------------------------------------------------------------
@@ -318,33 +314,35 @@ class _Ending:
             return
         if error in _FENCED:
             self._fail(t, TransactionFencedError(
-                f"Could not {self.action} the transaction of transactional id '{tid}' "
-                f"(producer id {h.producer_id}, epoch {h.producer_epoch}): "
-                f"{error.__name__}. A newer producer with this transactional id was "
-                "started, or the broker aborted the transaction because it was open "
-                "longer than 'kafka.transaction.timeout.ms'; its records are not "
+                f"{self._could_not(tid)} (producer id {h.producer_id}, epoch "
+                f"{h.producer_epoch}): {error.__name__}. A newer producer with this "
+                "transactional id was started, or the broker aborted the transaction because it "
+                "was open longer than 'kafka.transaction.timeout.ms'; its records are not "
                 "committed."))
         elif error is Errors.InvalidTxnStateError:
             # What Kafka answers for a commit of an aborted transaction (and an abort of a
             # committed one): it cannot be ended the other way any more.
             self._fail(t, TransactionFencedError(
-                f"Could not {self.action} the transaction of transactional id '{tid}' "
-                f"(producer id {h.producer_id}, epoch {h.producer_epoch}): "
-                "INVALID_TXN_STATE -- it was already "
+                f"{self._could_not(tid)} (producer id {h.producer_id}, epoch "
+                f"{h.producer_epoch}): INVALID_TXN_STATE -- it was already "
                 f"{'aborted' if self.commit else 'committed'} (or never begun)."))
         elif error in _COORDINATOR_MOVED:
             t.node = None
             self._retry(t, error.__name__, now)
         elif error is Errors.ConcurrentTransactionsError:
-            self._retry(t, error.__name__, now, pause=_CONCURRENT_RETRY_S)
+            self._retry(t, error.__name__, now, pause=_TXN_RETRY_BACKOFF_S)
         elif getattr(error, "retriable", False):
             self._retry(t, error.__name__, now)
         else:
             self._fail(t, ProduceError(
-                f"Could not {self.action} the transaction of transactional id '{tid}': "
-                f"{error.__name__} ({getattr(error, 'description', '')})."))
+                f"{self._could_not(tid)}: {error.__name__} "
+                f"({getattr(error, 'description', '')})."))
 
     # --- the parts both share ---------------------------------------------------------------
+
+    def _could_not(self, tid: str) -> str:
+        """The start of every failure's message: what could not be done, to which id."""
+        return f"Could not {self.action} the transaction of transactional id '{tid}'"
 
     def _send_request(self, node, request):
         self.in_flight[node] = self.in_flight.get(node, 0) + 1
@@ -357,15 +355,12 @@ class _Ending:
 
     def _network_failure(self, t: _Txn, exc, why: str, now: float) -> None:
         if isinstance(exc, BrokerSecurityError):     # a TLS or SASL failure: no retry helps
-            self._fail(t, ProduceError(f"Could not {self.action} the transaction of "
-                                       f"transactional id '{t.handle.transactional_id}': "
-                                       f"{exc}"))
+            self._fail(t, ProduceError(f"{self._could_not(t.handle.transactional_id)}: {exc}"))
         elif isinstance(exc, _NETWORK) or getattr(exc, "retriable", False):
             t.node = None
             self._retry(t, why, now)
         else:                                           # e.g. IncompatibleBrokerVersion
-            self._fail(t, ProduceError(f"Could not {self.action} the transaction of "
-                                       f"transactional id '{t.handle.transactional_id}': "
+            self._fail(t, ProduceError(f"{self._could_not(t.handle.transactional_id)}: "
                                        f"{type(exc).__name__}: {exc}"))
 
     def _expire(self, now: float) -> None:
@@ -381,9 +376,8 @@ class _Ending:
         t.last = why
         if now >= self.deadline:
             self._fail(t, ProduceError(
-                f"Could not {self.action} the transaction of transactional id "
-                f"'{t.handle.transactional_id}' within {self.timeout_ms} ms. Last error: "
-                f"{why}"))
+                f"{self._could_not(t.handle.transactional_id)} within {self.timeout_ms} ms. "
+                f"Last error: {why}"))
             return
         t.ready_at = now + pause
 
