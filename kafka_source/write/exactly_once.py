@@ -174,7 +174,7 @@ def write_exactly_once(options, columns, batches, *, query_id: str, batch_id: in
         repair = None
         if done > batch_id:
             entries = _recorded_entries(offsets, batch_id, store.group)
-            fates = _settle(options, _Ends(store.client), prefix, query_id, entries)
+            fates = _settle(_Ends(store.client), prefix, query_id, entries)
             outstanding = _outstanding(entries, fates)
             if not outstanding:
                 log.info("Exactly-once batch %d was committed before the restart: task %d "
@@ -258,7 +258,7 @@ def _recorded_entries(offsets, batch_id: int, group: str) -> list[MarkerEntry]:
     return entries
 
 
-def _settle(options, ends: "_Ends", prefix: str, query_id: str,
+def _settle(ends: "_Ends", prefix: str, query_id: str,
             entries: Sequence[MarkerEntry]) -> list[bool]:
     """Commit every transaction the marker records (EndTxn; committing a committed one
     succeeds, and one still open is committed, as the marker says), all at once; per entry, in
@@ -336,7 +336,7 @@ def commit_batch(options, messages: Sequence, batch_id: int) -> None:
             log.info("Exactly-once batch %d: no records written.", batch_id)
             return
         _record(store, written, batch_id, _entries_of(messages, written))
-        _end_all(options, ends, written, store, batch_id)
+        _end_all(ends, written, store, batch_id)
 
 
 def _entries_of(messages, written) -> list[MarkerEntry]:
@@ -375,7 +375,7 @@ def _commit_rerun(options, messages: Sequence, written, query_id: str, batch_id:
     of them, the re-run's tasks wrote those rows again (:class:`_Repair`): record their
     transactions in the marker beside the first ones, then commit them."""
     entries = _recorded_entries(offsets, batch_id, store.group)
-    fates = _settle(options, ends, options.transactional_id_prefix, query_id, entries)
+    fates = _settle(ends, options.transactional_id_prefix, query_id, entries)
     aborted = len(_outstanding(entries, fates))
     if not aborted:
         # Every task saw the marker complete and wrote nothing; what one wrote anyway would be
@@ -407,10 +407,10 @@ def _commit_rerun(options, messages: Sequence, written, query_id: str, batch_id:
                     "otherwise); some of them may now be in Kafka twice.", batch_id,
                     len(unrecognised))
     _record(store, written, batch_id, list(entries) + _entries_of(messages, written))
-    _end_all(options, ends, written, store, batch_id)
+    _end_all(ends, written, store, batch_id)
 
 
-def _end_all(options, ends: _Ends, written, store: MarkerStore, batch_id: int) -> None:
+def _end_all(ends: _Ends, written, store: MarkerStore, batch_id: int) -> None:
     """EndTxn(commit) every handle, all at once. If the broker aborted some (transaction
     timeout), commit the others all the same -- the marker records them as committed -- and
     fail: the restart writes the rows of the aborted ones again (:class:`_Repair`). Any other

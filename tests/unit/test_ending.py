@@ -26,7 +26,6 @@ from kafka_source.write.producer import (TransactionFencedError, TransactionHand
                                          end_transactions)
 
 N = 50
-OPTIONS = SimpleNamespace(client_config={})
 STORE = SimpleNamespace(group="app-q")
 
 
@@ -53,7 +52,7 @@ def end_txn_count(cluster, tid):
 def test_the_driver_commits_fifty_transactions_in_a_bounded_number_of_round_trips():
     cluster = FakeProduceCluster({"out": 4})
     written = open_transactions(cluster)
-    _end_all(OPTIONS, _Ends(cluster), written, STORE, 7)
+    _end_all(_Ends(cluster), written, STORE, 7)
     assert states(cluster, [h for _, h in written]) == ["CompleteCommit"] * N
     # One FindCoordinator for all 50 ids (v4, KIP-699), then the EndTxns five at a time --
     # the connection's limit -- on the one coordinator: 1 + 10 round trips, not 2 x 50.
@@ -67,7 +66,7 @@ def test_the_driver_commits_fifty_transactions_in_a_bounded_number_of_round_trip
 def test_from_a_kafka_2_2_coordinators_are_looked_up_one_id_a_request_but_together():
     cluster = FakeProduceCluster({"out": 4}, versions=KAFKA_2_2_VERSIONS)
     written = open_transactions(cluster)
-    _end_all(OPTIONS, _Ends(cluster), written, STORE, 7)
+    _end_all(_Ends(cluster), written, STORE, 7)
     assert states(cluster, [h for _, h in written]) == ["CompleteCommit"] * N
     # FindCoordinator v2 has one key: 50 requests, five in flight to the broker, each id's
     # EndTxn sent as soon as its coordinator is known (beside the next lookups).
@@ -87,7 +86,7 @@ def test_each_coordinator_gets_its_share_in_flight():
         b = cluster.txn_coordinator(h.transactional_id)
         per_broker[b] = per_broker.get(b, 0) + 1
     assert len(per_broker) == 3                   # the ids spread over the three brokers
-    _end_all(OPTIONS, _Ends(cluster), written, STORE, 7)
+    _end_all(_Ends(cluster), written, STORE, 7)
     assert states(cluster, [h for _, h in written]) == ["CompleteCommit"] * N
     assert {node for node, _, _ in cluster.ends} == {f"coordinator-{b}" for b in per_broker}
     assert all(cluster.in_flight_peak.get(f"coordinator-{b}", 0) == 5 for b in per_broker)
@@ -108,7 +107,7 @@ def test_coordinator_moves_and_concurrent_transactions_are_retried_while_the_oth
     cluster.end_script[tid[11]] = deque([COORDINATOR_LOAD_IN_PROGRESS])
     cluster.lookup_script[tid[12]] = deque([COORDINATOR_NOT_AVAILABLE])
     cluster.end_script[tid[13]] = deque([Errors.KafkaConnectionError("socket disconnected")])
-    _end_all(OPTIONS, _Ends(cluster), written, STORE, 7)
+    _end_all(_Ends(cluster), written, STORE, 7)
     assert states(cluster, [h for _, h in written]) == ["CompleteCommit"] * N
     assert end_txn_count(cluster, tid[3]) == end_txn_count(cluster, tid[7]) == 4
     assert [(node, code) for node, t, code in cluster.ends if t == tid[moved]] == [
@@ -131,7 +130,7 @@ def test_a_failure_other_than_fencing_fails_the_batch_after_every_other_is_commi
     broken = written[4][1].transactional_id
     cluster.lookup_script[broken] = deque([TRANSACTIONAL_ID_AUTHORIZATION_FAILED])
     with pytest.raises(TransactionCommitError) as info:
-        _end_all(OPTIONS, _Ends(cluster), written, STORE, 7)
+        _end_all(_Ends(cluster), written, STORE, 7)
     text = str(info.value)
     assert f"'{broken}'" in text and "TransactionalIdAuthorizationFailedError" in text
     assert "restarting the query completes its commit" in text
@@ -145,7 +144,7 @@ def test_fenced_transactions_fail_the_batch_as_committed_in_part_naming_the_firs
     for task in (5, 30):                          # aborted by the broker: a newer epoch
         cluster.begin(written[task][1].transactional_id)
     with pytest.raises(TransactionCommitError) as info:
-        _end_all(OPTIONS, _Ends(cluster), written, STORE, 7)
+        _end_all(_Ends(cluster), written, STORE, 7)
     text = str(info.value)
     assert "committed only in part: 2 of its 50" in text
     assert f"'{written[5][1].transactional_id}' of task 5" in text
@@ -229,7 +228,7 @@ def test_settle_keeps_the_entries_order_of_fates_and_ends_them_together():
         cluster.begin(tids[i])
     for i in (0, 2):                              # the first entries answer last
         cluster.end_script[tids[i]] = deque([CONCURRENT_TRANSACTIONS] * 4)
-    fates = _settle(OPTIONS, _Ends(cluster), "app", "q", entries)
+    fates = _settle(_Ends(cluster), "app", "q", entries)
     assert fates == [i not in aborted for i in range(len(entries))]
     assert [cluster.transactions[t]["state"] == "CompleteCommit" for t in tids] == fates
     # 23 transactions on two coordinators, five in flight on each: not 2 x 23 round trips.
@@ -243,7 +242,7 @@ def test_settle_raises_a_failure_other_than_fencing_after_settling_every_entry()
     tids = [transactional_id("app", "q", e.task) for e in entries]
     cluster.end_script[tids[2]] = deque([TRANSACTIONAL_ID_AUTHORIZATION_FAILED])
     with pytest.raises(ProduceError, match=f"'{tids[2]}'"):
-        _settle(OPTIONS, _Ends(cluster), "app", "q", entries)
+        _settle(_Ends(cluster), "app", "q", entries)
     assert [cluster.transactions[t]["state"] for i, t in enumerate(tids) if i != 2] == \
         ["CompleteCommit"] * 7
 
