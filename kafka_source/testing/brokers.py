@@ -714,7 +714,10 @@ def _file_tail(paths: list[str], lines: int) -> str:
 def _single_node_defaults(data_dir: str) -> dict[str, str]:
     """Broker settings of a one-node test broker of either generation: internal topics with one
     replica and few partitions (quick to create), no initial rebalance delay and short session
-    timeouts allowed (group tests), topics created on first use as a default broker does."""
+    timeouts allowed (group tests), topics created on first use as a default broker does.
+    Timed-out transactions are looked for every 10 s, Kafka 3.x's default, on Kafka 2.2 too
+    (whose default was a minute), so that a test of what a broker's abort leaves behind waits
+    for the abort as long on either generation."""
     return {
         "log.dirs": os.path.join(data_dir, "data"),
         "num.partitions": "1",
@@ -723,6 +726,7 @@ def _single_node_defaults(data_dir: str) -> dict[str, str]:
         "transaction.state.log.replication.factor": "1",
         "transaction.state.log.min.isr": "1",
         "transaction.state.log.num.partitions": "4",
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "10000",
         "group.initial.rebalance.delay.ms": "0",
         "group.min.session.timeout.ms": "1000",
         "auto.create.topics.enable": "true",
