@@ -39,6 +39,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..wire.format.arrays import to_numpy
+
 DIGEST_SIZE = 8
 _GROUP = struct.Struct("<Iq")
 
@@ -79,7 +81,7 @@ def _present(h, array) -> bool:
 
 def _ints(h, array) -> None:
     """An integer column as int64, -1 for null."""
-    h.update(np.asarray(array.fill_null(-1), dtype=np.int64).tobytes())
+    h.update(to_numpy(array, null=-1).astype(np.int64).tobytes())
 
 
 def _binary(h, array) -> None:

@@ -23,6 +23,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from ..wire.format.arrays import valid_mask
+
 __all__ = ["murmur2", "partitions_for_keys"]
 
 _SEED = np.uint32(0x9747B28C)
@@ -61,7 +63,7 @@ def _hash(keys: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
         lengths = o[1:].astype(np.int64) - starts
     valid = None
     if keys.null_count:
-        valid = keys.is_valid().to_numpy(zero_copy_only=False)
+        valid = valid_mask(keys)
         lengths = np.where(valid, lengths, 0)      # a null's slot may span bytes: ignore them
     data = (np.frombuffer(dbuf, dtype=np.uint8) if dbuf is not None and dbuf.size
             else np.zeros(0, dtype=np.uint8))

@@ -64,6 +64,7 @@ import pyarrow as pa
 
 from ..errors import BrokerUnavailableError, OptionError, ProduceError, TopicError
 from ..wire.net.client import BrokerClient, RetriableBrokerError, TopicInfo, error_for
+from ..wire.format.arrays import from_numpy
 from ..wire.format.encode import BATCH_OVERHEAD, record_sizes
 from .batches import (TopicPartition, _Accumulator, _bare_sizes, _group_by_partition,
                       _Partition, _sizes_at, _slice, _take)
@@ -272,7 +273,7 @@ class Producer(_Accumulator, _Sender, _Transactional):
                 v, k, h = values[rows], _slice(keys, rows), _slice(headers, rows)
                 s = sizes[rows]
             else:
-                index = pa.array(rows)
+                index = from_numpy(rows)
                 v, k, h = values.take(index), _take(keys, index), _take(headers, index)
                 s = sizes[rows]
             self._append((topic, partition), v, k, h, s)

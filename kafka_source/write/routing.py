@@ -24,6 +24,7 @@ import random
 import numpy as np
 
 from ..errors import TopicError
+from ..wire.format.arrays import to_numpy, valid_mask
 from .columns import ColumnError
 
 
@@ -93,12 +94,12 @@ def _row(row_numbers, index: int) -> int:
 
 def _int32_with_nulls(array) -> np.ndarray:
     """The int32 values of ``array`` with nulls (and negatives) as -1."""
-    values = np.asarray(array.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    values = to_numpy(array, null=-1).astype(np.int64)
     return np.where(values < 0, -1, values).astype(np.int32)
 
 
 def _is_negative(array) -> np.ndarray:
-    values = np.asarray(array.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    values = to_numpy(array).astype(np.int64)
     return values < 0
 
 
@@ -110,7 +111,7 @@ def split_by_topic(batch_topics, row_offset: int = 0):
     import pyarrow.compute as pc
 
     if batch_topics.null_count:
-        row = int(np.flatnonzero(batch_topics.is_null().to_numpy(zero_copy_only=False))[0])
+        row = int(np.flatnonzero(~valid_mask(batch_topics))[0])
         raise ColumnError(f"Column 'topic' is null in row {row + row_offset} of this task's "
                           "rows: set the option 'topic' for a topic to use for every row, or "
                           "filter out rows without a topic.")
@@ -120,7 +121,7 @@ def split_by_topic(batch_topics, row_offset: int = 0):
     names = encoded.dictionary.to_pylist()
     if len(names) == 1:
         return [(names[0], None)]
-    indices = encoded.indices.to_numpy(zero_copy_only=False)
+    indices = to_numpy(encoded.indices)
     order = np.argsort(indices, kind="stable")
     bounds = np.searchsorted(indices[order], np.arange(len(names) + 1))
     return [(names[i], order[bounds[i]:bounds[i + 1]]) for i in range(len(names))

@@ -59,6 +59,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .arrays import EMPTY_BINARY, to_numpy, valid_mask
 from .codecs import CODEC_NAMES, CODEC_NONE, compress
 
 __all__ = ["BATCH_OVERHEAD", "COMPRESSION_TYPES", "encode_record_batch", "encode_record_batches",
@@ -134,7 +135,7 @@ def _lengths(arr: pa.Array) -> np.ndarray:
 
 
 def _valid(arr: pa.Array) -> np.ndarray:
-    return arr.is_valid().to_numpy(zero_copy_only=False)
+    return valid_mask(arr)
 
 
 def _zigzag(x: np.ndarray) -> np.ndarray:
@@ -225,7 +226,7 @@ def _meta(fields: list[_Field], n: int) -> pa.Array:
 
 _JOIN = pc.get_function("binary_join_element_wise")
 _JOIN_OPTIONS = pc.JoinOptions(null_handling="replace", null_replacement="")
-_NO_SEPARATOR = pa.scalar(b"", type=pa.binary())
+_NO_SEPARATOR = EMPTY_BINARY
 
 
 def _join(pieces: list[pa.Array]) -> tuple[pa.Buffer, np.ndarray]:
@@ -266,7 +267,7 @@ def _headers(headers, n: int, *, build: bool) -> _Headers | None:
                         f"not {t}")
     if len(headers) != n:
         raise ValueError(f"headers has {len(headers)} rows, values has {n}")
-    counts = pc.fill_null(pc.list_value_length(headers), 0).to_numpy().astype(np.int64)
+    counts = to_numpy(pc.list_value_length(headers)).astype(np.int64)   # 0 for a null list
     total = int(counts.sum()) if n else 0
     if total == 0:
         return None

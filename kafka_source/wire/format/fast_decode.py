@@ -63,6 +63,7 @@ import numpy as np
 import pyarrow as pa
 
 from ...errors import CorruptRecordError
+from .arrays import from_numpy, strings
 from .records import (  # the reference decoder: its batch walk, and odd batches go through it
     Record,
     V2Batch,
@@ -756,7 +757,7 @@ def _pieces(pbuf, a, b, c, d):
 
 def _cut(pieces, index4, null):
     """Elements ``index4`` of ``pieces`` as a binary column, null where ``null``."""
-    taken = pieces.take(pa.array(index4))
+    taken = pieces.take(from_numpy(index4))
     if null is None or not null.any():
         return taken
     validity, nulls = _validity(~null)
@@ -768,12 +769,12 @@ def _string_column(keys_bin: pa.Array) -> pa.Array:
     """Binary header keys as strings, invalid UTF-8 replaced by U+FFFD like the reference."""
     _, offsets, data = keys_bin.buffers()
     if data is None or len(keys_bin) == 0:
-        return pa.array([""] * len(keys_bin), type=pa.string())
+        return pa.Array.from_buffers(pa.string(), len(keys_bin),
+                                     [None, pa.py_buffer(np.zeros(len(keys_bin) + 1, np.int32))])
     end = int(np.frombuffer(offsets, dtype=np.int32, count=len(keys_bin) + 1)[-1])
     if end == 0 or int(np.frombuffer(data, dtype=np.uint8, count=end).max()) < 0x80:
         return pa.Array.from_buffers(pa.string(), len(keys_bin), [None, offsets, data])
-    return pa.array([k.decode("utf-8", "replace") for k in keys_bin.to_pylist()],
-                    type=pa.string())
+    return strings([k.decode("utf-8", "replace") for k in keys_bin.to_pylist()])
 
 
 _topic_cache: dict = {}
@@ -960,10 +961,10 @@ def _build_batch(raw, sel, m, offsets, timestamps, ts_types, ks, ke, knull, vs, 
         key,
         value,
         _topic_column(topic, m),
-        pa.array(np.full(m, partition, dtype=np.int32)),
-        pa.array(offsets),
+        from_numpy(np.full(m, partition, dtype=np.int32)),
+        from_numpy(offsets),
         pa.Array.from_buffers(_TIMESTAMP_TYPE, m, [None, pa.py_buffer(timestamps)]),
-        pa.array(ts_types),
+        from_numpy(ts_types),
     ]
     if include_headers:
         columns.append(_headers_column(pbuf, sel, m, hc, gen, gidx))
@@ -990,11 +991,11 @@ def _headers_column(pbuf, sel, m, hc, gen, gidx):
     if total:
         pieces = _pieces(pbuf, hks, hke, hvs, hve)
         index4 = np.arange(0, 4 * total, 4, dtype=np.int64)
-        keys = _string_column(pieces.take(pa.array(index4)))
+        keys = _string_column(pieces.take(from_numpy(index4)))
         values = _cut(pieces, index4 + 2, hvnull)
     else:
-        keys = pa.array([], type=pa.string())
-        values = pa.array([], type=pa.binary())
+        keys = pa.nulls(0, pa.string())
+        values = pa.nulls(0, pa.binary())
     entries = pa.StructArray.from_arrays([keys, values], fields=_HEADER_FIELDS)
     validity, nulls = _validity(counts > 0)
     return pa.Array.from_buffers(_HEADERS_TYPE, m, [validity, pa.py_buffer(list_offsets)],
