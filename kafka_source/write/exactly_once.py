@@ -36,7 +36,9 @@ Re-runs (the marker covers N: the driver crashed between step 1 and Spark's comm
   The task *settles* every transaction the marker records: EndTxn(commit) of each, all at
   once, which finishes a commit the crashed driver began, and tells which of them the broker
   aborted meanwhile (a fenced epoch). If none was, the batch is whole: the task writes
-  nothing, and the driver's commit settles them once more. This is the usual case.
+  nothing, and the driver's commit settles them once more. This is the usual case. A Python
+  worker settles a batch once: its later tasks of the re-run reuse the fates (final, either
+  way), so a re-run costs EndTxn per worker and transaction, not per task and transaction.
 
   If some were aborted -- a driver that died between two EndTxn calls and came back after the
   transaction timeout, or step 3 -- the batch is committed in part, and writing it all again
@@ -92,6 +94,8 @@ Limits
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Sequence
 
 from ..errors import KafkaSourceError
@@ -174,7 +178,7 @@ def write_exactly_once(options, columns, batches, *, query_id: str, batch_id: in
         repair = None
         if done > batch_id:
             entries = _recorded_entries(offsets, batch_id, store.group)
-            fates = _settle(_Ends(store.client), prefix, query_id, entries)
+            fates = _settle_once(_Ends(store.client), options, query_id, entries)
             outstanding = _outstanding(entries, fates)
             if not outstanding:
                 log.info("Exactly-once batch %d was committed before the restart: task %d "
@@ -256,6 +260,34 @@ def _recorded_entries(offsets, batch_id: int, group: str) -> list[MarkerEntry]:
             f"{batch_id}: it was written by another query or another version of this one. Use "
             "a new checkpoint or another 'kafka.transactional.id'.")
     return entries
+
+
+# Fates of settled batches, per Python worker. Every task of a re-run settles all of the
+# batch's recorded transactions, and a worker runs its share of the tasks one after another. A
+# fate is final -- a committed transaction stays committed, an aborted one aborted -- so the
+# tasks after the first in a worker take it from here: n tasks on w workers send w x n EndTxn
+# instead of n x n (40,000 for a batch of 200 tasks). Failures other than fencing are raised,
+# not kept: the next task tries again.
+_SETTLED: "OrderedDict[tuple, tuple[bool, ...]]" = OrderedDict()
+_SETTLED_LOCK = threading.Lock()
+_SETTLED_KEPT = 16
+
+
+def _settle_once(ends: "_Ends", options, query_id: str,
+                 entries: Sequence[MarkerEntry]) -> list[bool]:
+    """:func:`_settle`, once per Python worker for the same cluster, query and entries."""
+    prefix = options.transactional_id_prefix
+    key = (str(options.client_config.get("bootstrap_servers")), prefix, query_id,
+           tuple(entries))
+    with _SETTLED_LOCK:
+        fates = _SETTLED.get(key)
+    if fates is None:
+        fates = tuple(_settle(ends, prefix, query_id, entries))
+        with _SETTLED_LOCK:
+            _SETTLED[key] = fates
+            while len(_SETTLED) > _SETTLED_KEPT:
+                _SETTLED.popitem(last=False)
+    return list(fates)
 
 
 def _settle(ends: "_Ends", prefix: str, query_id: str,

@@ -20,8 +20,9 @@ from .fake_produce_cluster import (CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_
                                    NOT_COORDINATOR, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                    FakeProduceCluster)
 from kafka_source.errors import ProduceError
+from kafka_source.write import exactly_once
 from kafka_source.write.exactly_once import (MarkerEntry, TransactionCommitError, _end_all,
-                                             _Ends, _settle, transactional_id)
+                                             _Ends, _settle, _settle_once, transactional_id)
 from kafka_source.write.producer import (TransactionFencedError, TransactionHandle,
                                          end_transactions)
 
@@ -245,6 +246,48 @@ def test_settle_raises_a_failure_other_than_fencing_after_settling_every_entry()
         _settle(_Ends(cluster), "app", "q", entries)
     assert [cluster.transactions[t]["state"] for i, t in enumerate(tids) if i != 2] == \
         ["CompleteCommit"] * 7
+
+
+def test_a_worker_settles_a_batch_once_for_all_of_its_tasks(monkeypatch):
+    # A re-run's tasks each settle every recorded transaction; a worker's later tasks reuse the
+    # first one's fates (final either way) instead of sending every EndTxn again.
+    monkeypatch.setattr(exactly_once, "_SETTLED", exactly_once.OrderedDict())
+    cluster = FakeProduceCluster({"out": 4})
+    entries = _recorded(cluster, [(t, 0) for t in range(6)])
+    tids = [transactional_id("app", "q", e.task) for e in entries]
+    cluster.begin(tids[4])                                # aborted by the broker meanwhile
+    options = SimpleNamespace(transactional_id_prefix="app",
+                              client_config={"bootstrap_servers": "b1:9092"})
+    first = _settle_once(_Ends(cluster), options, "q", entries)
+    assert first == [True, True, True, True, False, True]
+    sent = len(cluster.ends)
+    assert sent >= 6
+    for _ in range(5):                                    # the worker's next five tasks
+        assert _settle_once(_Ends(cluster), options, "q", entries) == first
+    assert len(cluster.ends) == sent
+    # Other entries (a repair recorded), another query or another cluster: settled anew.
+    more = entries + _recorded(cluster, [(4, 1)])
+    assert _settle_once(_Ends(cluster), options, "q", more) == first + [True]
+    assert len(cluster.ends) > sent
+    sent = len(cluster.ends)
+    other = SimpleNamespace(transactional_id_prefix="app",
+                            client_config={"bootstrap_servers": "b2:9092"})
+    _settle_once(_Ends(cluster), other, "q", entries)
+    assert len(cluster.ends) > sent
+
+
+def test_a_failed_settle_is_not_kept_the_next_task_settles_again(monkeypatch):
+    monkeypatch.setattr(exactly_once, "_SETTLED", exactly_once.OrderedDict())
+    cluster = FakeProduceCluster({"out": 4})
+    entries = _recorded(cluster, [(t, 0) for t in range(3)])
+    tids = [transactional_id("app", "q", e.task) for e in entries]
+    cluster.end_script[tids[1]] = deque([TRANSACTIONAL_ID_AUTHORIZATION_FAILED])
+    options = SimpleNamespace(transactional_id_prefix="app",
+                              client_config={"bootstrap_servers": "b1:9092"})
+    with pytest.raises(ProduceError, match=f"'{tids[1]}'"):
+        _settle_once(_Ends(cluster), options, "q", entries)
+    assert _settle_once(_Ends(cluster), options, "q", entries) == [True, True, True]
+    assert end_txn_count(cluster, tids[1]) == 2
 
 
 def test_a_broker_that_answers_a_lookup_of_many_for_one_id_gets_one_id_a_request():
