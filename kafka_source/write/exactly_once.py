@@ -45,12 +45,15 @@ Re-runs (the marker covers N: the driver crashed between step 1 and Spark's comm
   would put the committed transactions' records in Kafka twice. So each task writes its rows
   in a transaction of a *repair round* (the id ``{prefix}-{queryId}-{p}.r{round}``: the ids
   being settled are never re-initialised, so their fate stays readable), and compares the
-  digest of what it wrote with the recorded ones: rows of a committed transaction (its own
-  task number's first, else any other's) are thrown away (the transaction aborted, the task
-  reports them matched); the others are kept. The driver records the repair's transactions in
-  the marker beside the first ones and commits them. A repair that fails in turn is repaired
-  by the next re-run, in the next round; the aborted transactions of earlier rounds are covered
-  by the rounds after them, since a round writes every row it does not find committed.
+  digest of its rows with the recorded ones: rows of a committed transaction (its own task
+  number's first, else any other's) are not written again (the task reports them matched);
+  the others are. A task whose rows fit in ``_REPAIR_HOLD_BYTES`` (64 MiB of Arrow) holds
+  them and compares before writing; a larger one writes them, compares, and aborts that
+  write if they matched (aborted records in the log, which read_committed readers skip).
+  The driver records the repair's transactions in the marker beside the first ones and
+  commits them. A repair that fails in turn is repaired by the next re-run, in the next
+  round; the aborted transactions of earlier rounds are covered by the rounds after them,
+  since a round writes every row it does not find committed.
 
   Spark gives a re-run's tasks the same rows as the first run's when its plan reads the same
   input the same way, as a re-run from the checkpoint does; a task whose rows are grouped or
@@ -93,6 +96,7 @@ Limits
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from collections import OrderedDict
@@ -157,7 +161,7 @@ def write_exactly_once(options, columns, batches, *, query_id: str, batch_id: in
     from .digest import RowsDigest
     from .partitioner import partitions_for_keys
     from .producer import Producer, end_transaction
-    from .task import SinkCommitMessage, acked_records, send_batches
+    from .task import SinkCommitMessage, acked_records, digest_batches, send_batches
 
     prefix = options.transactional_id_prefix
     with MarkerStore(options.client_config, marker_group(prefix, query_id)) as store:
@@ -196,7 +200,20 @@ def write_exactly_once(options, columns, batches, *, query_id: str, batch_id: in
     # at once -- also when this attempt has nothing to write. A repair writes under an id of
     # its round, leaving the ids of the transactions it settled alone.
     tid = transactional_id(prefix, query_id, task, 0 if repair is None else repair.round)
+    known = None
+    if repair is not None:
+        # Rows that fit in memory are recognised before anything is written; larger ones are
+        # written, then the write is aborted if they turn out to be committed rows.
+        batches, held = _hold(batches, _REPAIR_HOLD_BYTES)
+        if held is not None:
+            known = digest_batches(held, columns, options.topic).digest()
+            batches = iter(held)
     producer = Producer(options.client_config, options.transactional_settings(tid))
+    if known is not None and repair.committed(known):
+        producer.close()         # made anyway: it fenced any earlier attempt of this task slot
+        log.info("Exactly-once batch %d, task %d: its rows are those of a committed "
+                 "transaction; nothing is written again.", batch_id, task)
+        return SinkCommitMessage(task=task, query_id=query_id, skipped=True, matched=known)
     digest = RowsDigest()
     try:
         send_batches(batches, producer, columns, options.topic, partitions_for_keys,
@@ -216,6 +233,23 @@ def write_exactly_once(options, columns, batches, *, query_id: str, batch_id: in
     return SinkCommitMessage(task=task, records=records, query_id=query_id, transaction=handle,
                              digest=written if handle is not None else None,
                              repair_round=0 if repair is None else repair.round)
+
+
+#: How many bytes of Arrow rows a task of a repair holds to recognise them before writing.
+_REPAIR_HOLD_BYTES = 64 << 20
+
+
+def _hold(batches, limit: int):
+    """``(batches, held)``: ``held`` is the list of every batch when they add up to at most
+    ``limit`` bytes, else None; ``batches`` iterates over all of them either way."""
+    held, size = [], 0
+    it = iter(batches)
+    for batch in it:
+        held.append(batch)
+        size += batch.nbytes
+        if size > limit:
+            return itertools.chain(held, it), None
+    return iter(held), held
 
 
 def _outstanding(entries: Sequence[MarkerEntry], fates: Sequence[bool]) -> list[MarkerEntry]:

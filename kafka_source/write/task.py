@@ -18,6 +18,7 @@ from typing import Iterable, Iterator
 import numpy as np
 from pyspark.sql.datasource import WriterCommitMessage
 
+from ..wire.format.arrays import from_numpy
 from .columns import Columns, as_binary, normalize_headers
 from .routing import Spreader, choose_partitions, split_by_topic
 
@@ -64,6 +65,34 @@ def send_batches(batches: Iterable, producer, columns: Columns, topic_option: st
             counts[topic] = producer.partition_count(topic)
         return counts[topic]
 
+    total = 0
+    for topic, v, k, h, e, row_numbers in row_groups(batches, columns, topic_option):
+        if k is None and e is None:
+            parts = spreader.spread(topic, len(v), partition_count(topic))
+        else:
+            parts = choose_partitions(topic, partition_count(topic), k, e, spreader,
+                                      partitions_for_keys, row_numbers)
+        producer.send(topic, parts, v, k, h)
+        if digest is not None:
+            digest.update(topic, v, k, h, e)
+        total += len(v)
+    return total
+
+
+def digest_batches(batches: Iterable, columns: Columns, topic_option: str | None):
+    """The :class:`.digest.RowsDigest` that :func:`send_batches` would compute over
+    ``batches``, without sending them."""
+    from .digest import RowsDigest
+
+    digest = RowsDigest()
+    for topic, v, k, h, e, _ in row_groups(batches, columns, topic_option):
+        digest.update(topic, v, k, h, e)
+    return digest
+
+
+def row_groups(batches: Iterable, columns: Columns, topic_option: str | None):
+    """Per batch and topic, the rows to send: ``(topic, values, keys, headers, explicit
+    partitions, row numbers)``, the columns as binary (:mod:`.columns`) or None when absent."""
     row_offset = 0
     for batch in batches:
         n = batch.num_rows
@@ -80,21 +109,13 @@ def send_batches(batches: Iterable, producer, columns: Columns, topic_option: st
         for topic, rows in groups:
             v, k, h, e = values, keys, headers, explicit
             if rows is not None:
-                v = v.take(rows)
-                k = k.take(rows) if k is not None else None
-                h = h.take(rows) if h is not None else None
-                e = e.take(rows) if e is not None else None
-            if k is None and e is None:
-                count = len(v)
-                parts = spreader.spread(topic, count, partition_count(topic))
-            else:
-                parts = choose_partitions(topic, partition_count(topic), k, e, spreader,
-                                          partitions_for_keys, _RowNumbers(row_offset, rows))
-            producer.send(topic, parts, v, k, h)
-            if digest is not None:
-                digest.update(topic, v, k, h, e)
+                index = from_numpy(rows)
+                v = v.take(index)
+                k = k.take(index) if k is not None else None
+                h = h.take(index) if h is not None else None
+                e = e.take(index) if e is not None else None
+            yield topic, v, k, h, e, _RowNumbers(row_offset, rows)
         row_offset += n
-    return row_offset
 
 
 def acked_records(producer, before: dict | None = None) -> tuple[tuple[str, int, int], ...]:
