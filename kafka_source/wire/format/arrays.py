@@ -1,15 +1,17 @@
 """Arrow arrays from numpy arrays and constants, without importing pandas.
 
-Why not ``pa.array``, ``pa.scalar``, ``Array.to_numpy`` or ``pc.fill_null(array, 0)``: each asks pyarrow's pandas shim whether its argument is a
-pandas object, and the shim imports pandas the first time it is asked, whenever pandas is
-installed (it is wherever PySpark's pandas APIs are used). That import costs 0.25-0.35 s of CPU
-in every new Python process. PySpark's own workers for Python data sources never import pandas,
-so the connector alone would pay it: in each new executor Python worker (the first task of
-each, and every task after Spark has ended a worker that ran no Python task for a minute, as it
-does between micro-batches more than a minute apart) and in the driver's Python workers that
-plan reads, make writers and commit. The decoder and the sink build their columns from numpy
-buffers and read Spark's columns as numpy arrays; these functions wrap and read those buffers
-as they are, without a copy where none is needed, and without the shim.
+Why not ``pa.array``, ``pa.scalar``, ``Array.to_numpy`` or ``pc.fill_null(array, 0)``: each
+asks pyarrow's pandas shim whether its argument is a pandas object, and the shim imports pandas
+the first time it is asked, whenever pandas is installed (it is wherever PySpark's pandas APIs
+are used). That import costs 0.17-0.35 s of CPU and about 34 MB in every new Python process.
+PySpark's workers that read a Python data source, plan reads and streams, make writers and
+commit never import pandas themselves (its write tasks do, for their commit message), so the
+connector would pay it alone: in each new executor Python worker (the first task of each, and
+every task after Spark has ended a worker that ran no Python task for a minute, as it does
+between micro-batches more than a minute apart) and in the driver's planning workers. The
+decoder and the sink build their columns from numpy buffers and read Spark's columns as numpy
+arrays; these functions wrap and read those buffers as they are, without a copy where none is
+needed, and without the shim.
 ``tests/unit/test_arrays.py`` checks, in a new process, that encoding and decoding batches
 leaves pandas unimported.
 """
