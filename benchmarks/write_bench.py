@@ -1,4 +1,4 @@
-"""Write throughput: pykafka's sink against plain Kafka producer loops (issue 10) and against Spark's
+"""Write throughput: pykafka's sink against plain Kafka producer loops (issue 10) and Spark's
 JVM Kafka sink (issue 18), on the same broker, in one run.
 
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/python benchmarks/run.py --only write
@@ -43,10 +43,14 @@ values) with ``df.write.format("kafka")`` at ``local[2]``, plain and tuned (``ka
 partitions that this module creates before and deletes after (one warm-up run, the anchor's
 median of the rest). ``pykafka local[2] (generated rows)`` writes the very same DataFrame the same
 way, ``df.write.format("pykafka").mode("append")`` with the sink's defaults (plus bootstrap,
-topic, codec): warm-up, then ``--runs`` runs, each to a fresh topic, checked as above (end offsets
-add up; the records read back and compared with the rows Spark generates, recomputed here with
-hashlib). The JVM sink's topics are checked by their end offsets. pykafka's session is stopped
-before the anchor runs, so each Spark has the machine to itself.
+topic, codec): warm-up, then ``--runs`` paired rounds, each one pykafka write to a fresh topic,
+checked as above (end offsets add up; the records read back and compared with the rows Spark
+generates, recomputed here with hashlib), then one anchor invocation per JVM variant (its own
+warm-up and three timed writes, the median counting, as its JIT warms over the first writes;
+its topics checked by their end offsets). A change in the
+machine's load then hits both sides of a round alike: the target is the median of the rounds'
+ratios. pykafka's session stays up, idle, while the anchor runs; a 2,000-row write wakes its
+Python workers before each timed write.
 """
 
 from __future__ import annotations
@@ -90,6 +94,7 @@ JVM_WRITE_SIZE = 100                 # bytes per generated value
 JVM_VARIANTS = ("plain", "tuned")
 JVM_TUNED = {"kafka.batch.size": str(256 << 10), "kafka.linger.ms": "5"}
 GENERATED = f"{PYKAFKA} {TARGET_MASTER} (generated rows)"
+JVM_RUNS_PER_ROUND = 3               # the anchor's timed writes per paired round (median)
 JVM_RATIO_TARGET = 1.2               # issue 18: pykafka / Spark's tuned JVM sink, none and lz4
 
 
@@ -724,7 +729,16 @@ def run_jvm_compare(cfg: WriteConfig, bootstrap: str, start_spark, anchor,
                     variants=JVM_VARIANTS, broker: str = "") -> dict:
     """pykafka's sink and Spark's JVM sink (``variants`` of plain, tuned; ``anchor``: the
     anchor's path) on the same generated rows, per codec of ``cfg.codecs``, on one broker.
-    Returns ``{"rows", "targets", "failures", ...}``."""
+    Returns ``{"rows", "targets", "failures", ...}``.
+
+    In paired rounds: after pykafka's warm-up, each round writes once with pykafka and then
+    with each JVM variant (an anchor invocation: its own Spark, a warm-up write and
+    :data:`JVM_RUNS_PER_ROUND` timed writes, of which the median counts), so that a change in
+    the machine's load hits both sides of a round alike. The ratios are the median of the
+    rounds' ratios (``paired``) and the ratio of the medians.
+    pykafka's session stays up meanwhile, idle; a small write wakes its Python workers before
+    each timed one (Spark ends workers idle for a minute, and an anchor invocation can take
+    half of that)."""
     started = time.time()
     failures: list[str] = []
     # keyed: the read-back fingerprint covers the keys; size: the generated values' 100 bytes.
@@ -734,17 +748,42 @@ def run_jvm_compare(cfg: WriteConfig, bootstrap: str, start_spark, anchor,
                             extra={"tasks": JVM_WRITE_SLICES, "options": cfg.options or None,
                                    "rss_of": "largest executor Python worker"})
               for codec in cfg.codecs}
+    jvm_runs = {(codec, v): [] for codec in cfg.codecs for v in variants}
+    jvm_errors: dict = {}
     log(f"write vs Spark's JVM sink (Kafka {broker}): starting Spark {TARGET_MASTER} ...")
     spark = None
+    wake_topics = []
     try:
         spark = start_spark(TARGET_MASTER)
         df = generated_frame(spark, cfg.records)
-        for codec, s in series.items():
-            do = pykafka_write(df, bootstrap, codec, cfg.options)
-            for i in range(gcfg.warmups + gcfg.runs):
+        wake = generated_frame(spark, 2_000)
+        for i in range(gcfg.warmups + gcfg.runs):
+            for codec, s in series.items():
+                do = pykafka_write(df, bootstrap, codec, cfg.options)
+                if i >= gcfg.warmups:
+                    topic = new_topic(bootstrap, codec, "wake", cfg.partitions)
+                    wake_topics.append(topic)
+                    pykafka_write_once(wake, bootstrap, topic, codec, cfg.options or {})
                 log(f"{GENERATED} {codec} run {i + 1}/{gcfg.warmups + gcfg.runs}"
                     f"{' (warm-up)' if i < gcfg.warmups else ''}")
                 attempt(s, bootstrap, gcfg, do, failures, f" (Kafka {broker})")
+                if i < gcfg.warmups:
+                    continue
+                for variant in variants:
+                    if (codec, variant) in jvm_errors:
+                        continue
+                    try:
+                        out = run_jvm_sink(anchor, bootstrap,
+                                           replace(cfg, runs=JVM_RUNS_PER_ROUND), codec,
+                                           variant)
+                        jvm_runs[(codec, variant)].append(out)
+                        log(f"  Spark's JVM sink ({variant}) {codec}: "
+                            f"{out['records_per_s']:,.0f} records/s")
+                    except Exception as exc:  # noqa: BLE001 - a JVM failure or a wrong count
+                        jvm_errors[(codec, variant)] = short_error(exc)
+                        failures.append(f"write: Spark's JVM sink {variant} {codec} (Kafka "
+                                        f"{broker}): {short_error(exc)}")
+                        log(f"FAILED: Spark's JVM sink {variant} {codec}: {short_error(exc)}")
     except Exception as exc:  # noqa: BLE001 - e.g. Spark did not start
         failures.append(f"write {GENERATED} (Kafka {broker}): {short_error(exc)}")
         log(f"FAILED: {GENERATED}: {short_error(exc)}\n{traceback.format_exc()}")
@@ -752,7 +791,10 @@ def run_jvm_compare(cfg: WriteConfig, bootstrap: str, start_spark, anchor,
             s.error = s.error or short_error(exc)
     finally:
         if spark is not None:
-            spark.stop()      # the JVM sink gets the machine to itself
+            spark.stop()
+        if not cfg.keep_topics:
+            for topic in wake_topics:
+                delete_topic(bootstrap, topic)
 
     rows = []
     for codec, s in series.items():
@@ -761,22 +803,25 @@ def run_jvm_compare(cfg: WriteConfig, bootstrap: str, start_spark, anchor,
                "partitions": cfg.partitions, "pykafka": mine}
         for variant in variants:
             key = "jvm_tuned" if variant == "tuned" else "jvm"
-            log(f"Spark's JVM sink ({variant}) {codec} (Kafka {broker}; 1 warm-up + "
-                f"{cfg.runs} runs) ...")
-            try:
-                out = run_jvm_sink(anchor, bootstrap, cfg, codec, variant)
-                row[key] = out
-                log(f"  {out['records_per_s']:,.0f} records/s, median {out['seconds_median']:.3f} s"
-                    f" (load {out['load_1m_start']:.2f} .. {out['load_1m_end']:.2f})")
-            except Exception as exc:  # noqa: BLE001 - a JVM failure or a wrong count
-                row[key] = {"error": short_error(exc)}
-                failures.append(f"write: Spark's JVM sink {variant} {codec} (Kafka {broker}): "
-                                f"{short_error(exc)}")
-                log(f"FAILED: Spark's JVM sink {variant} {codec}: {short_error(exc)}")
+            outs = jvm_runs[(codec, variant)]
+            if (codec, variant) in jvm_errors or not outs:
+                row[key] = {"error": jvm_errors.get((codec, variant), "no run")}
+                continue
+            seconds = [o["seconds_median"] for o in outs]
+            median = statistics.median(seconds)
+            row[key] = {"runs_s": seconds, "seconds_median": median,
+                        "records_per_s": round(cfg.records / median, 1),
+                        "load_1m_start": min(o["load_1m_start"] for o in outs),
+                        "load_1m_end": max(o["load_1m_end"] for o in outs),
+                        "reader": outs[0].get("reader")}
         mine_rps = mine.get("records_per_s")
         for key in ("jvm", "jvm_tuned"):
             theirs = (row.get(key) or {}).get("records_per_s")
             row[f"ratio_vs_{key}"] = round(mine_rps / theirs, 3) if mine_rps and theirs else None
+            pairs = list(zip(mine.get("runs_s") or [], (row.get(key) or {}).get("runs_s") or []))
+            row[f"paired_ratios_vs_{key}"] = [round(j / p, 3) for p, j in pairs]
+            row[f"paired_ratio_vs_{key}"] = (round(statistics.median(j / p for p, j in pairs), 3)
+                                            if pairs and mine_rps else None)
         rows.append(row)
 
     targets = []
@@ -784,9 +829,10 @@ def run_jvm_compare(cfg: WriteConfig, bootstrap: str, start_spark, anchor,
         for row in rows:
             if row["codec"] not in WRITE_CODECS:
                 continue
-            ratio = row["ratio_vs_jvm_tuned"]
+            ratio = row["paired_ratio_vs_jvm_tuned"]
             targets.append({"target": f"write: pykafka {TARGET_MASTER} / Spark's tuned JVM sink "
-                                      f"(generated rows, {row['codec']}, Kafka {broker}) >= "
+                                      f"(generated rows, {row['codec']}, Kafka {broker}, median "
+                                      f"of paired rounds) >= "
                                       f"{JVM_RATIO_TARGET:.1f}x",
                             "value": "error" if ratio is None else ratio,
                             "pass": ratio is not None and ratio >= JVM_RATIO_TARGET})
@@ -826,14 +872,20 @@ def print_jvm_write_report(sections: list[dict], note: str | None) -> None:
                           cell(row.get("jvm")), cell(row.get("jvm_tuned")),
                           fmt(row.get("ratio_vs_jvm"), ".2f"),
                           fmt(row.get("ratio_vs_jvm_tuned"), ".2f"),
+                          fmt(row.get("paired_ratio_vs_jvm_tuned"), ".2f"),
+                          " ".join(fmt(r, ".2f") for r in
+                                   row.get("paired_ratios_vs_jvm_tuned") or []) or "-",
                           f"{min(loads):.2f}-{max(loads):.2f}" if loads else "-"))
     print(f"write vs Spark's JVM Kafka sink: {sections[0]['rows'][0]['records']:,} generated rows"
           f" (spark.range(N, numPartitions=2), 1000 keys, 100-byte values) into a fresh "
           f"{sections[0]['rows'][0]['partitions']}-partition topic per run, local[2], each "
           f"sink's defaults + codec (JVM tuned: batch.size 256 KiB, linger.ms 5); records/s, "
-          f"median of {sections[0]['runs']} runs after a warm-up:")
+          f"median of {sections[0]['runs']} paired rounds (each: one pykafka write, then each "
+          f"JVM sink's median of {JVM_RUNS_PER_ROUND} after its warm-up) after pykafka's "
+          f"warm-up; pk/JVM tuned: ratio of the medians, paired: median of the rounds' ratios "
+          f"(each round's listed):")
     print_grouped_table(("broker", "codec", "pykafka", "JVM", "JVM tuned", "pk/JVM",
-                         "pk/JVM tuned", "load 1m"), table, left=2)
+                         "pk/JVM tuned", "paired", "rounds", "load 1m"), table, left=2)
     for sec in sections:
         for row in sec["rows"]:
             for key in ("pykafka", "jvm", "jvm_tuned"):
