@@ -1020,3 +1020,11 @@ def test_multi_partition_response_of_uncompressed_batches_is_decoded_without_cop
     assert [t.to_pylist() for t in tables] == before
     assert [len(t) for t in tables] == [120, 120, 120] and len(calls) == 3
     assert before[2][0]["offset"] == 2000 and before[2][0]["partition"] == 2
+
+
+def test_string_column_of_header_keys_without_bytes():
+    # No keys, or only empty ones: an empty string column, or one of empty strings.
+    assert fd._string_column(pa.nulls(0, pa.binary())).to_pylist() == []
+    keys = pa.array([b"", b"", b""], pa.binary())
+    assert fd._string_column(keys).to_pylist() == ["", "", ""]
+    assert fd._string_column(keys).type == pa.string()

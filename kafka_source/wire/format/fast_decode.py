@@ -769,8 +769,7 @@ def _string_column(keys_bin: pa.Array) -> pa.Array:
     """Binary header keys as strings, invalid UTF-8 replaced by U+FFFD like the reference."""
     _, offsets, data = keys_bin.buffers()
     if data is None or len(keys_bin) == 0:
-        return pa.Array.from_buffers(pa.string(), len(keys_bin),
-                                     [None, pa.py_buffer(np.zeros(len(keys_bin) + 1, np.int32))])
+        return strings([""] * len(keys_bin))
     end = int(np.frombuffer(offsets, dtype=np.int32, count=len(keys_bin) + 1)[-1])
     if end == 0 or int(np.frombuffer(data, dtype=np.uint8, count=end).max()) < 0x80:
         return pa.Array.from_buffers(pa.string(), len(keys_bin), [None, offsets, data])
