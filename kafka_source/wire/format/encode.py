@@ -130,12 +130,8 @@ def _lengths(arr: pa.Array) -> np.ndarray:
         o = np.frombuffer(offsets, dtype=np.int32, count=arr.offset + n + 1)[arr.offset:]
         lengths = (o[1:] - o[:-1]).astype(np.int64)
     if arr.null_count:
-        lengths[~_valid(arr)] = -1
+        lengths[~valid_mask(arr)] = -1
     return lengths
-
-
-def _valid(arr: pa.Array) -> np.ndarray:
-    return valid_mask(arr)
 
 
 def _zigzag(x: np.ndarray) -> np.ndarray:
@@ -277,7 +273,7 @@ def _headers(headers, n: int, *, build: bool) -> _Headers | None:
     hkeys = _as_binary(children[st.get_field_index("key")], "header keys")
     hvalues = _as_binary(children[st.get_field_index("value")], "header values")
     if hkeys.null_count:
-        first = int(np.flatnonzero(~_valid(hkeys))[0])
+        first = int(np.flatnonzero(~valid_mask(hkeys))[0])
         row = int(np.searchsorted(np.cumsum(counts), first, side="right"))
         raise ValueError(f"row {row} has a header with a null key (or a null header): Kafka "
                          "header keys cannot be null")
