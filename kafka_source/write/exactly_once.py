@@ -214,7 +214,7 @@ def write_exactly_once(options, columns, batches, *, query_id: str, batch_id: in
         log.info("Exactly-once batch %d, task %d: its rows are those of a committed "
                  "transaction; nothing is written again.", batch_id, task)
         return SinkCommitMessage(task=task, query_id=query_id, skipped=True, matched=known)
-    digest = RowsDigest()
+    digest = RowsDigest() if known is None else None     # held rows: known already
     try:
         send_batches(batches, producer, columns, options.topic, partitions_for_keys,
                      digest=digest)
@@ -224,7 +224,7 @@ def write_exactly_once(options, columns, batches, *, query_id: str, batch_id: in
         producer.close()
     if handle is not None and not handle.partitions:
         handle = None  # nothing written: nothing to commit
-    written = digest.digest()
+    written = known if digest is None else digest.digest()
     if repair is not None and handle is not None and repair.committed(written):
         log.info("Exactly-once batch %d, task %d: its rows are those of a committed "
                  "transaction; the rewrite is aborted.", batch_id, task)
