@@ -47,10 +47,9 @@ topic, codec): warm-up, then ``--runs`` paired rounds, each one pykafka write to
 checked as above (end offsets add up; the records read back and compared with the rows Spark
 generates, recomputed here with hashlib), then one anchor invocation per JVM variant (its own
 warm-up and three timed writes, the median counting, as its JIT warms over the first writes;
-its topics checked by their end offsets). A change in the
-machine's load then hits both sides of a round alike: the target is the median of the rounds'
-ratios. pykafka's session stays up, idle, while the anchor runs; a 2,000-row write wakes its
-Python workers before each timed write.
+its topics checked by their end offsets). A change in the machine's load then hits both sides
+of a round alike: the target is the median of the rounds' ratios. pykafka's session stays up,
+idle, while the anchor runs; a 2,000-row write wakes its Python workers before each timed write.
 """
 
 from __future__ import annotations
@@ -752,22 +751,22 @@ def run_jvm_compare(cfg: WriteConfig, bootstrap: str, start_spark, anchor,
     jvm_errors: dict = {}
     log(f"write vs Spark's JVM sink (Kafka {broker}): starting Spark {TARGET_MASTER} ...")
     spark = None
-    wake_topics = []
+    wake_topic = None
     try:
         spark = start_spark(TARGET_MASTER)
         df = generated_frame(spark, cfg.records)
         wake = generated_frame(spark, 2_000)
+        wake_topic = new_topic(bootstrap, "none", "wake", cfg.partitions)
         for i in range(gcfg.warmups + gcfg.runs):
+            timed = i >= gcfg.warmups
             for codec, s in series.items():
                 do = pykafka_write(df, bootstrap, codec, cfg.options)
-                if i >= gcfg.warmups:
-                    topic = new_topic(bootstrap, codec, "wake", cfg.partitions)
-                    wake_topics.append(topic)
-                    pykafka_write_once(wake, bootstrap, topic, codec, cfg.options or {})
+                if timed:
+                    pykafka_write_once(wake, bootstrap, wake_topic, codec, cfg.options or {})
                 log(f"{GENERATED} {codec} run {i + 1}/{gcfg.warmups + gcfg.runs}"
-                    f"{' (warm-up)' if i < gcfg.warmups else ''}")
+                    f"{'' if timed else ' (warm-up)'}")
                 attempt(s, bootstrap, gcfg, do, failures, f" (Kafka {broker})")
-                if i < gcfg.warmups:
+                if not timed:
                     continue
                 for variant in variants:
                     if (codec, variant) in jvm_errors:
@@ -792,9 +791,8 @@ def run_jvm_compare(cfg: WriteConfig, bootstrap: str, start_spark, anchor,
     finally:
         if spark is not None:
             spark.stop()
-        if not cfg.keep_topics:
-            for topic in wake_topics:
-                delete_topic(bootstrap, topic)
+        if wake_topic is not None and not cfg.keep_topics:
+            delete_topic(bootstrap, wake_topic)
 
     rows = []
     for codec, s in series.items():
