@@ -248,6 +248,12 @@ def test_settle_raises_a_failure_other_than_fencing_after_settling_every_entry()
         ["CompleteCommit"] * 7
 
 
+def sink_options(bootstrap):
+    """What _settle_once reads of the sink's options."""
+    return SimpleNamespace(transactional_id_prefix="app",
+                           client_config={"bootstrap_servers": bootstrap})
+
+
 def test_a_worker_settles_a_batch_once_for_all_of_its_tasks(monkeypatch):
     # A re-run's tasks each settle every recorded transaction; a worker's later tasks reuse the
     # first one's fates (final either way) instead of sending every EndTxn again.
@@ -256,8 +262,7 @@ def test_a_worker_settles_a_batch_once_for_all_of_its_tasks(monkeypatch):
     entries = _recorded(cluster, [(t, 0) for t in range(6)])
     tids = [transactional_id("app", "q", e.task) for e in entries]
     cluster.begin(tids[4])                                # aborted by the broker meanwhile
-    options = SimpleNamespace(transactional_id_prefix="app",
-                              client_config={"bootstrap_servers": "b1:9092"})
+    options = sink_options("b1:9092")
     first = _settle_once(_Ends(cluster), options, "q", entries)
     assert first == [True, True, True, True, False, True]
     sent = len(cluster.ends)
@@ -265,14 +270,12 @@ def test_a_worker_settles_a_batch_once_for_all_of_its_tasks(monkeypatch):
     for _ in range(5):                                    # the worker's next five tasks
         assert _settle_once(_Ends(cluster), options, "q", entries) == first
     assert len(cluster.ends) == sent
-    # Other entries (a repair recorded), another query or another cluster: settled anew.
+    # Other entries (a repair recorded) or another cluster: settled anew.
     more = entries + _recorded(cluster, [(4, 1)])
     assert _settle_once(_Ends(cluster), options, "q", more) == first + [True]
     assert len(cluster.ends) > sent
     sent = len(cluster.ends)
-    other = SimpleNamespace(transactional_id_prefix="app",
-                            client_config={"bootstrap_servers": "b2:9092"})
-    _settle_once(_Ends(cluster), other, "q", entries)
+    _settle_once(_Ends(cluster), sink_options("b2:9092"), "q", entries)
     assert len(cluster.ends) > sent
 
 
@@ -282,8 +285,7 @@ def test_a_failed_settle_is_not_kept_the_next_task_settles_again(monkeypatch):
     entries = _recorded(cluster, [(t, 0) for t in range(3)])
     tids = [transactional_id("app", "q", e.task) for e in entries]
     cluster.end_script[tids[1]] = deque([TRANSACTIONAL_ID_AUTHORIZATION_FAILED])
-    options = SimpleNamespace(transactional_id_prefix="app",
-                              client_config={"bootstrap_servers": "b1:9092"})
+    options = sink_options("b1:9092")
     with pytest.raises(ProduceError, match=f"'{tids[1]}'"):
         _settle_once(_Ends(cluster), options, "q", entries)
     assert _settle_once(_Ends(cluster), options, "q", entries) == [True, True, True]
