@@ -31,7 +31,7 @@ $(VPY):
 	$(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install $(PIP_FLAGS) --upgrade pip
 
-$(STAMP): pyproject.toml | $(VPY)
+$(STAMP): pyproject.toml kafka_source/wire/format/_recwalk.c | $(VPY)
 	@echo "Installing -e '.[test]' into $(VENV) (the first time downloads pyspark, ~450 MB)..."
 	$(VPY) -m pip install $(PIP_FLAGS) -e '.[test]'
 	@touch $@

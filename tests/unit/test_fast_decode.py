@@ -37,6 +37,27 @@ TOPIC = "events-é"
 PARTITION = 7
 
 
+@pytest.fixture(autouse=True, params=["c", "numpy"])
+def walk(request, monkeypatch):
+    """Every test runs with both record walks: the C one (``_recwalk.c``, what an installed
+    package uses) and the numpy one (its fallback where no compiler was at hand)."""
+    if request.param == "numpy":
+        monkeypatch.setattr(fd, "_recwalk", None)
+    elif fd._recwalk is None:
+        pytest.fail("kafka_source/wire/format/_recwalk.c is not built: `make install` builds it "
+                    "(a C compiler and the Python headers are needed)")
+    return request.param
+
+
+def test_the_c_walk_is_used_when_built(walk, monkeypatch):
+    calls = []
+    for name in ("_walk_native", "_walk_numpy"):
+        real = getattr(fd, name)
+        monkeypatch.setattr(fd, name, lambda *a, _n=name, _r=real: calls.append(_n) or _r(*a))
+    check(b"".join(simple(30, 30 * i).data for i in range(4)))
+    assert set(calls) == {"_walk_native" if walk == "c" else "_walk_numpy"}
+
+
 # -- the differential check ------------------------------------------------------------------------
 
 def _outcome(fn):
@@ -207,8 +228,9 @@ def test_every_codec_nulls_and_empties(codec):
 def test_small_chunks_take_the_reference_path(monkeypatch):
     monkeypatch.setattr(fd, "_SMALL_CHUNK", 64)
     chunks = []
-    real = fd._chains
-    monkeypatch.setattr(fd, "_chains", lambda *a: chunks.append(1) or real(*a))
+    for name in ("_walk_native", "_walk_numpy"):
+        real = getattr(fd, name)
+        monkeypatch.setattr(fd, name, lambda *a, _r=real: chunks.append(1) or _r(*a))
     small = simple(5, 0).data + raw_batch([(0, 0, b"k", b"v", (("h", None),))], 5).data
     check(small)
     check(small + rb.legacy_message(6, b"x") + simple(3, 7).data, start=2)
