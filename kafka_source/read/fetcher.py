@@ -16,7 +16,10 @@ one is decoded. A partition whose decoded position differs from that (it cannot 
 data) or that reported an error ignores its part of the next response and is fetched again from
 its real position. The request for the last stretch of a range asks for about the bytes the
 range still needs (learned per partition from earlier responses), not a full
-``kafka.max.partition.fetch.bytes``.
+``kafka.max.partition.fetch.bytes``. The first request of a range asks for 1 MiB of each
+partition and every next one for twice as much, up to that limit: Spark's JVM gets the first
+records after a small response and works on them while the larger ones arrive and are decoded,
+instead of waiting for a full response and its decoding.
 
 Along the way, per partition, it:
 
@@ -80,6 +83,10 @@ _IDLE_SLEEP_S = 0.1              # a round without progress anywhere: wait this 
 _MIN_REQUEST_BYTES = 64 << 10    # never ask for less than this for a partition
 _SESSION_ERRORS = (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH)
 _RECHECK_MS = 2_000              # one more look, at a freshly looked-up leader, before loss
+# The first request of a range asks for this much of the partition, each next one twice as
+# much, up to kafka.max.partition.fetch.bytes: the first records reach Spark after a small
+# response, and Spark's JVM works on them while the larger ones come in and are decoded.
+_FIRST_REQUEST_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -140,6 +147,8 @@ class _Partition:
     starved: bool = False          # data exists but the last response brought none
     rechecked: bool = False        # the leader was looked up again before declaring loss
     progressed: bool = field(default=False, repr=False)
+    # the byte limit of the next request, while below max_bytes
+    ramp: int = field(default_factory=lambda: _FIRST_REQUEST_BYTES)
 
     @property
     def tp(self) -> tuple[str, int]:
@@ -267,6 +276,7 @@ class RangeFetcher:
                 continue
             wanted[st.tp] = FetchPartitionRequest(position, self._request_bytes(st, position),
                                                   self.client.view.epoch(st.tp))
+            st.ramp = min(2 * st.ramp, st.max_bytes)
         if wanted:
             conn.send(wanted, max_wait_ms=s.max_wait_ms, min_bytes=s.min_bytes,
                       max_bytes=max(s.max_bytes, max(p.max_bytes for p in wanted.values())),
@@ -274,13 +284,15 @@ class RangeFetcher:
 
     def _request_bytes(self, st: _Partition, position: int) -> int:
         """The partition byte limit: ``kafka.max.partition.fetch.bytes`` (grown when a batch did
-        not fit), or less for the last stretch of a range, from the sizes seen so far."""
+        not fit), less while the range's requests ramp up to it, or less for the last stretch
+        of a range, from the sizes seen so far."""
+        limit = min(st.max_bytes, st.ramp)
         hint = self.connections.size_hints.get(st.tp) if st.use_hint else None
         if hint is None:
-            return st.max_bytes
+            return limit
         per_offset, per_batch = hint
         need = int((st.r.end - position) * per_offset * 1.1 + 2 * per_batch) + 4096
-        return min(st.max_bytes, max(need, _MIN_REQUEST_BYTES))
+        return min(limit, max(need, _MIN_REQUEST_BYTES))
 
     def _handle(self, conn, leader, result: FetchResult, parts: dict,
                 decode: Decode) -> Iterator[list]:
@@ -358,7 +370,9 @@ class RangeFetcher:
             # oversized batch only as the first of a response), or the response was full. A
             # grown limit also raises the largest response its connection accepts.
             st.starved = True
-            if st.use_hint:
+            if st.ramp < st.max_bytes:
+                st.ramp = st.max_bytes
+            elif st.use_hint:
                 st.use_hint = False
             else:
                 st.max_bytes = min(2 * st.max_bytes, 1 << 30)

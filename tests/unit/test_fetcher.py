@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kafka_source.errors import BrokerUnavailableError, DataLossError, KafkaSourceError
+from kafka_source.read import fetcher as fetcher_module
 from kafka_source.read.fetcher import FetchSettings, RangeFetcher
 from kafka_source.read.offsets import OffsetRange
 
@@ -381,6 +382,48 @@ def test_the_last_request_of_a_range_asks_for_about_what_it_needs():
     assert len(read_all(cluster, [OffsetRange("t", 0, 100, 115)],
                         partition_max_bytes=1 << 20)) == 15
     assert limits and limits[0][("t", 0)] <= max(64 << 10, 4 * batch_bytes + 4096) < 1 << 20
+
+
+def _spy_limits(cluster) -> list[dict]:
+    limits = []
+    orig = cluster.fetch
+
+    def spy(node_id, positions, **kw):
+        limits.append(dict(kw["partition_max_bytes"]))
+        return orig(node_id, positions, **kw)
+
+    cluster.fetch = spy
+    return limits
+
+
+def test_the_requests_of_a_range_ramp_up_to_the_partition_limit(monkeypatch):
+    """The first request of a range asks for _FIRST_REQUEST_BYTES, each next one twice as much,
+    up to kafka.max.partition.fetch.bytes: Spark gets the first records after a small response."""
+    monkeypatch.setattr(fetcher_module, "_FIRST_REQUEST_BYTES", 500)
+    cluster = multi_cluster(n_partitions=1, batches=60, per_batch=10)
+    limits = _spy_limits(cluster)
+    assert len(read_all(cluster, [OffsetRange("t", 0, 0, 600)], partition_max_bytes=4000)) == 600
+    asked = [lim[("t", 0)] for lim in limits]
+    assert asked[:4] == [500, 1000, 2000, 4000], asked
+    assert max(asked) == 4000 and len(asked) > 5
+
+
+def test_a_batch_larger_than_the_ramp_limit_is_fetched_at_the_partition_limit(monkeypatch, caplog):
+    """A partition behind another in the response gets no batch larger than its limit (KIP-74):
+    its ramp ends at once, and the configured limit is not raised for it."""
+    monkeypatch.setattr(fetcher_module, "_FIRST_REQUEST_BYTES", 200)
+    logs = {("t", 0): FakeLog(batches=[v2_batch(values(5, 5 * i), 5 * i) for i in range(10)]),
+            ("t", 1): FakeLog(batches=[v2_batch(values(10, 0, "x" * 60), 0)])}
+    assert 400 < len(logs[("t", 1)].batches[0].data) < 2000
+    cluster = FakeCluster(logs, strict_batch_limit=True)
+    limits = _spy_limits(cluster)
+    with caplog.at_level("INFO", logger="kafka_source.read.fetcher"):
+        got = read_all(cluster, [OffsetRange("t", 0, 0, 50), OffsetRange("t", 1, 0, 10)],
+                       partition_max_bytes=2000)
+    assert len(got) == 60
+    # 400: the request already in flight when the first response showed the batch did not fit
+    assert [lim[("t", 1)] for lim in limits if ("t", 1) in lim][:3] == [200, 400, 2000]
+    assert "fits in" not in caplog.text
 
 
 def test_an_oversized_batch_behind_another_partition_is_still_read():
