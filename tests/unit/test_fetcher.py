@@ -366,25 +366,8 @@ def test_partition_errors_back_off_that_partition_only():
     assert len(got) == 100 and failures["left"] == 0
 
 
-def test_the_last_request_of_a_range_asks_for_about_what_it_needs():
-    cluster = multi_cluster(n_partitions=1, batches=40, per_batch=10)
-    read_all(cluster, [OffsetRange("t", 0, 0, 400)], partition_max_bytes=2000)
-    batch_bytes = len(cluster.logs[("t", 0)].batches[0].data)
-    # learned sizes carry over to the next task on this worker: a 15-record range
-    limits = []
-    orig = cluster.fetch
-
-    def spy(node_id, positions, **kw):
-        limits.append(dict(kw["partition_max_bytes"]))
-        return orig(node_id, positions, **kw)
-
-    cluster.fetch = spy
-    assert len(read_all(cluster, [OffsetRange("t", 0, 100, 115)],
-                        partition_max_bytes=1 << 20)) == 15
-    assert limits and limits[0][("t", 0)] <= max(64 << 10, 4 * batch_bytes + 4096) < 1 << 20
-
-
 def _spy_limits(cluster) -> list[dict]:
+    """The per-partition byte limits of every Fetch the cluster gets, as a list to look at."""
     limits = []
     orig = cluster.fetch
 
@@ -394,6 +377,17 @@ def _spy_limits(cluster) -> list[dict]:
 
     cluster.fetch = spy
     return limits
+
+
+def test_the_last_request_of_a_range_asks_for_about_what_it_needs():
+    cluster = multi_cluster(n_partitions=1, batches=40, per_batch=10)
+    read_all(cluster, [OffsetRange("t", 0, 0, 400)], partition_max_bytes=2000)
+    batch_bytes = len(cluster.logs[("t", 0)].batches[0].data)
+    # learned sizes carry over to the next task on this worker: a 15-record range
+    limits = _spy_limits(cluster)
+    assert len(read_all(cluster, [OffsetRange("t", 0, 100, 115)],
+                        partition_max_bytes=1 << 20)) == 15
+    assert limits and limits[0][("t", 0)] <= max(64 << 10, 4 * batch_bytes + 4096) < 1 << 20
 
 
 def test_the_requests_of_a_range_ramp_up_to_the_partition_limit(monkeypatch):
