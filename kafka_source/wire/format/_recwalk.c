@@ -62,6 +62,28 @@ static inline int read_varint(const uint8_t *p, const uint8_t *lim, int64_t *out
     return 0;
 }
 
+/* A length-prefixed byte field (key or value) at *q, inside [*q, rend): its bytes are
+ * [*start, *end) in buf, *null when the length is negative; *q moves past it. 0 if the length
+ * is not a short varint or the bytes run past rend (the outputs are then left as they were). */
+static inline int read_bytes(const uint8_t **q, const uint8_t *rend, const uint8_t *buf,
+                             int64_t *start, int64_t *end, uint8_t *null)
+{
+    int64_t len;
+    int sz = read_varint(*q, rend, &len);
+    if (sz == 0)
+        return 0;
+    const uint8_t *p = *q + sz;
+    if (len > 0 && len > rend - p)
+        return 0;
+    *start = p - buf;
+    if (len > 0)
+        p += len;
+    *end = p - buf;
+    *null = len < 0;
+    *q = p;
+    return 1;
+}
+
 typedef struct {
     Py_buffer view;
     int used;
@@ -161,7 +183,7 @@ static PyObject *walk(PyObject *self, PyObject *args)
             /* Fields; any surprise clears ok and the general path looks again. */
             const uint8_t *q = p + sz + 1;            /* past the attributes byte */
             int fine = q <= rend;
-            int64_t t = 0, o = 0, kl = 0, vl = 0, hc = 0;
+            int64_t t = 0, o = 0, hc = 0;
             if (fine && (sz = read_varint(q, rend, &t)) && t < TS_SAFE && t > -TS_SAFE)
                 q += sz;
             else
@@ -170,32 +192,8 @@ static PyObject *walk(PyObject *self, PyObject *args)
                 q += sz;
             else
                 fine = 0;
-            if (fine && (sz = read_varint(q, rend, &kl))) {
-                q += sz;
-                ks[r] = q - buf;
-                if (kl > 0) {
-                    if (kl > rend - q)
-                        fine = 0;
-                    else
-                        q += kl;
-                }
-                ke[r] = q - buf;
-                knull[r] = kl < 0;
-            } else
-                fine = 0;
-            if (fine && (sz = read_varint(q, rend, &vl))) {
-                q += sz;
-                vs[r] = q - buf;
-                if (vl > 0) {
-                    if (vl > rend - q)
-                        fine = 0;
-                    else
-                        q += vl;
-                }
-                ve[r] = q - buf;
-                vnull[r] = vl < 0;
-            } else
-                fine = 0;
+            fine = fine && read_bytes(&q, rend, buf, &ks[r], &ke[r], &knull[r]);
+            fine = fine && read_bytes(&q, rend, buf, &vs[r], &ve[r], &vnull[r]);
             if (fine && (sz = read_varint(q, rend, &hc)) && hc == 0 && q + sz == rend) {
                 tsd[r] = t;
                 od[r] = o;
