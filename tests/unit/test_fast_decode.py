@@ -225,6 +225,17 @@ def test_every_codec_nulls_and_empties(codec):
     assert all(r["headers"] is None for r in got)
 
 
+def test_the_numpy_walk_says_once_per_process_that_the_c_walk_is_missing(walk, monkeypatch,
+                                                                          caplog):
+    monkeypatch.setattr(fd, "_said_numpy_walk", False)
+    data = b"".join(simple(30, 30 * i).data for i in range(4))
+    with caplog.at_level("WARNING", logger=fd.__name__):
+        check(data)
+        check(data, start=5)
+    said = [r for r in caplog.records if "_recwalk.c) is not built" in r.getMessage()]
+    assert len(said) == (1 if walk == "numpy" else 0)
+
+
 def test_small_chunks_take_the_reference_path(monkeypatch):
     monkeypatch.setattr(fd, "_SMALL_CHUNK", 64)
     chunks = []
