@@ -22,8 +22,8 @@
  *   vs, ve     value bytes; vnull: value length negative;
  *   ok         the record was decoded here (1): varints of at most 8 bytes, no headers, fields
  *              ending exactly at the record's end. Otherwise 0 and only st/en are meaningful
- *              (the fields are zero): the caller's general path decodes it (headers) or finds
- *              it malformed;
+ *              (the positions are set to st, the rest to 0): the caller's general path decodes
+ *              it (headers) or finds it malformed;
  *   batch_ok   the chain of the batch is well formed: count records, each with a length that
  *              fits, the last ending on sec_end. A batch that is not (0) is left to the reference
  *              decoder, which raises its error; its records get st = en = ks = ke = vs = ve =
@@ -177,9 +177,6 @@ static PyObject *walk(PyObject *self, PyObject *args)
             const uint8_t *rend = p + sz + len;
             st[r] = p - buf;
             en[r] = rend - buf;
-            ks[r] = ke[r] = vs[r] = ve[r] = st[r];
-            tsd[r] = od[r] = 0;
-            knull[r] = vnull[r] = 0;
             /* Fields; any surprise clears ok and the general path looks again. */
             const uint8_t *q = p + sz + 1;            /* past the attributes byte */
             int fine = q <= rend;
@@ -199,6 +196,10 @@ static PyObject *walk(PyObject *self, PyObject *args)
                 od[r] = o;
                 ok[r] = 1;
             } else {
+                /* A field read may have stopped half way: none of them is kept. */
+                ks[r] = ke[r] = vs[r] = ve[r] = st[r];
+                tsd[r] = od[r] = 0;
+                knull[r] = vnull[r] = 0;
                 ok[r] = 0;
             }
             p = rend;
