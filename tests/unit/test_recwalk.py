@@ -113,3 +113,18 @@ def test_outputs_too_small_are_refused():
         walk.walk(sec, np.array([0], dtype=np.int64), np.array([len(sec)], dtype=np.int64),
                   np.array([3], dtype=np.int64), *ints[:6], flags[0], *ints[6:], flags[1],
                   flags[2], batch_ok)
+
+
+def test_its_limits_are_fast_decodes():
+    """The C walk mirrors two of fast_decode's limits (MAX_VARINT_BYTES, TS_SAFE): a timestamp
+    delta of 2**52 and a varint of 9 bytes are left to the general path, one less is decoded."""
+    assert fd._TS_SAFE == 1 << 52 and fd._VARINT_MAX_BYTES == 8
+    # (offset delta, timestamp delta): a records section as the record encoder writes it
+    fields = [(0, 0), (1, (1 << 52) - 1), (2, 1 << 52),
+              ((1 << 55) - 1, 0),            # zigzag: 8 bytes
+              (1 << 55, 0)]                  # zigzag: 9 bytes
+    sec = b"".join(rb.encode_record(od, tsd, None, b"v", ()) for od, tsd in fields)
+    got = run(sec, [(0, len(sec))], [5])
+    assert got["batch_ok"].all()
+    assert got["ok"].tolist() == [True, True, False, True, False]
+    assert got["tsd"][1] == (1 << 52) - 1 and got["od"][3] == (1 << 55) - 1
