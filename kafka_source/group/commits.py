@@ -23,6 +23,18 @@ Java consumer does the same: whoever resumes from a committed offset -- this que
 restart, another member after a rebalance -- can then ask the current leader whether the log
 still holds that offset in that epoch, and so notice a truncation (an unclean leader election)
 that happened while nobody was reading (:mod:`kafka_source.read.truncation`).
+
+Stable reads (OffsetFetch ``RequireStable``, v7+, Kafka 2.5+). Offsets are asked for with it,
+where the broker takes it, so that a read returns every commit the coordinator has acknowledged.
+Without it, Kafka 4's group coordinator answers from its state as of the offsets partition's
+high watermark, and a coordinator that has just taken over loads that partition with the
+watermark it had as a follower, which can lag the commits its predecessor acknowledged: for a
+moment after a coordinator move the group's offsets read older than they are (seen in a rolling
+restart of a 3-broker KRaft cluster: 116 acknowledged, 104 read back). A member that starts
+from them would read those records again and commit an offset behind the group's. With the flag
+the coordinator first waits for its watermark to cover everything it has loaded or written (Kafka
+2.5-3.x's coordinator answers UNSTABLE_OFFSET_COMMIT instead while a transaction's offsets are
+pending); both are retried here like a coordinator that is still loading.
 """
 
 from __future__ import annotations
@@ -172,7 +184,8 @@ class GroupCommits:
                 groups=[G(group_id=self.group_id, topics=[
                     G.OffsetFetchRequestTopics(name=t, partition_indexes=ps)
                     for t, ps in by_topic.items()], **member)],
-                require_stable=False, min_version=low, max_version=high)
+                require_stable=True,   # stable reads: module docstring
+                min_version=low, max_version=high)
 
         def attempt(node):
             response = self._client.send(node, request())

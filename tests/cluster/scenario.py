@@ -10,7 +10,8 @@ Traffic (each a thread, started before the fault and stopped after the cluster i
 * :class:`BatchLoop` -- ``spark.read.format("pykafka")`` of fixed offset ranges, again and again.
 * :class:`SinkLoop` -- ``df.write.format("pykafka")`` of unique values, job after job.
 * :class:`CommitWatch` -- the group's committed offsets polled (OffsetFetch through kafka-python's
-  admin client, not through the connector) throughout.
+  admin client, not through the connector) throughout: stable reads where the broker takes them
+  (:func:`stable_group_offsets`).
 
 The truth is what Kafka holds at the end, read with a plain kafka-python consumer
 (:func:`read_topic`): every ``(partition, offset, value)`` there must have been read exactly once
@@ -80,6 +81,7 @@ class Figures:
     duplicated: int = 0
     backwards: int = 0
     commits: int = 0          # commits seen in __consumer_offsets
+    polls: int = 0            # reads of the group's offsets by the commit watch
     problems: list = field(default_factory=list)
 
     def fault(self, kind: str, n: int = 1) -> None:
@@ -92,7 +94,8 @@ class Figures:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items())) or "-"
         return (f"cluster {generation:9} {scenario:48} faults {sum(self.faults.values())} "
                 f"({kinds}); records checked {self.checked}, lost {self.lost}, duplicated "
-                f"{self.duplicated}; commits {self.commits}, backwards {self.backwards}; "
+                f"{self.duplicated}; commits {self.commits} (polled {self.polls}), backwards "
+                f"{self.backwards}; "
                 f"{outcome} in {seconds:.0f} s")
 
     def assert_clean(self) -> None:
@@ -227,6 +230,28 @@ def read_topic(bootstrap: str, topic: str, partitions: int,
         consumer.close()
 
 
+def stable_group_offsets(admin: KafkaAdminClient, group: str) -> dict:
+    """``admin.list_group_offsets(group)[group]``, asked with OffsetFetch's ``RequireStable``
+    (v7+, Kafka 2.5+; older brokers ignore it). kafka-python's admin client does not set it, and
+    without it Kafka 4's coordinator answers as of the offsets partition's high watermark, which
+    lags for a moment on a coordinator that has just taken over: a poll then sees the group's
+    offsets older than a commit already acknowledged, which is the broker's view catching up,
+    not a commit moving backwards (``kafka_source.group.commits``' docstring)."""
+    from kafka.protocol.consumer import OffsetFetchRequest
+
+    G = OffsetFetchRequest.OffsetFetchRequestGroup
+
+    async def fetch():
+        node = (await admin._find_coordinator_ids([group]))[group]
+        request = OffsetFetchRequest(group_id=group, topics=None,
+                                     groups=[G(group_id=group, topics=None)],
+                                     require_stable=True, min_version=2, max_version=8)
+        response = await admin._manager.send(request, node_id=node)
+        return admin._list_group_offsets_process_response(response, group_id=group)[group]
+
+    return admin._manager.run(fetch)
+
+
 class CommitWatch(threading.Thread):
     """Polls the group's committed offsets for ``topic`` every ``interval_s`` and remembers each
     move backwards (partition, before, after)."""
@@ -249,7 +274,7 @@ class CommitWatch(threading.Thread):
         while not self._stop_event.is_set():
             try:
                 admin = admin or self._admin()
-                offsets = admin.list_group_offsets(self.group).get(self.group, {})
+                offsets = stable_group_offsets(admin, self.group)
                 self.polls += 1
                 for tp, om in offsets.items():
                     if tp.topic != self.topic or om.offset < 0:
@@ -326,6 +351,10 @@ def audit_commits(figures: Figures, bootstrap: str, group: str, watch: CommitWat
     figures.commits += sum(len(v) for v in history.values())
     polled = watch.backwards if watch is not None else []
     figures.backwards += max(len(moves), len(polled))
+    figures.polls += watch.polls if watch is not None else 0
+    if watch is not None and watch.polls == 0:
+        figures.problem(f"group {group}: the commit watch never read the group's offsets "
+                        f"({watch.errors} failed polls), so the polls judged nothing")
     if moves:
         figures.problem(f"group {group}: committed offsets moved backwards {len(moves)} times in "
                         f"__consumer_offsets, e.g. {moves[:5]}")

@@ -1077,6 +1077,8 @@ def test_committed_offsets(make_member, broker_version, expected_version):
                           ("t2", 1): None}
         record, = fake.records(OFFSET_FETCH)
         assert record.version == expected_version
+        if expected_version >= 7:   # a stable read (commits.py's docstring)
+            assert record.request.require_stable is True
         if expected_version >= 8:
             group, = record.request.groups
             assert group.group_id == GROUP
@@ -1102,6 +1104,21 @@ def test_committed_retries_coordinator_errors(make_member, broker_version):
         assert member.committed([("t0", 1)]) == {("t0", 1): 3}
         assert len(fake.sent(OFFSET_FETCH)) == 4
         assert len([c for c in fake.find_coordinator_calls if c[0] == "C0"]) == 3
+    finally:
+        fake.shutdown()
+
+
+@pytest.mark.parametrize("broker_version", [9, 7])
+def test_committed_waits_out_an_unstable_offset_commit(make_member, broker_version):
+    """A stable read answered UNSTABLE_OFFSET_COMMIT (Kafka 2.5-3.x: a transaction's offsets
+    for the group are pending) is asked again, and the answer after it is used."""
+    fake = FakeCoordinator(TOPICS, api_versions={OFFSET_FETCH: broker_version})
+    try:
+        fake.commit_offsets(GROUP, {("t0", 1): 3})
+        member = make_member(fake, "C0")
+        fake.script(OFFSET_FETCH, {("t0", 1): Errors.UnstableOffsetCommitError.errno})
+        assert member.committed([("t0", 1)]) == {("t0", 1): 3}
+        assert len(fake.sent(OFFSET_FETCH)) == 2
     finally:
         fake.shutdown()
 
