@@ -47,9 +47,10 @@ Re-runs (the marker covers N: the driver crashed between step 1 and Spark's comm
   being settled are never re-initialised, so their fate stays readable), and compares the
   digest of its rows with the recorded ones: rows of a committed transaction (its own task
   number's first, else any other's) are not written again (the task reports them matched);
-  the others are. A task whose rows fit in ``_REPAIR_HOLD_BYTES`` (64 MiB of Arrow) holds
-  them and compares before writing; a larger one writes them, compares, and aborts that
-  write if they matched (aborted records in the log, which read_committed readers skip).
+  the others are. The task holds its rows and compares before writing anything
+  (:mod:`.held_rows`: up to ``_REPAIR_HOLD_BYTES``, 64 MiB of Arrow, in memory, the rest on
+  the executor's local disk), so committed rows are not written again at all, not even as
+  aborted records.
   The driver records the repair's transactions in the marker beside the first ones and
   commits them. A repair that fails in turn is repaired by the next re-run, in the next
   round; the aborted transactions of earlier rounds are covered by the rounds after them,
@@ -96,13 +97,14 @@ Limits
 
 from __future__ import annotations
 
-import itertools
+import contextlib
 import logging
 import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Sequence
 
 from ..errors import KafkaSourceError
+from .held_rows import HeldRows
 from .marker import (MarkerAccessError, MarkerEntry, MarkerStore, TransactionCommitError,
                      decode_marker, encode_marker, marker_group, transactional_id)
 
@@ -160,7 +162,7 @@ def write_exactly_once(options, columns, batches, *, query_id: str, batch_id: in
     """One exactly-once write task (see the module docstring). Returns a SinkCommitMessage."""
     from .digest import RowsDigest
     from .partitioner import partitions_for_keys
-    from .producer import Producer, end_transaction
+    from .producer import Producer
     from .task import SinkCommitMessage, acked_records, digest_batches, send_batches
 
     prefix = options.transactional_id_prefix
@@ -200,56 +202,42 @@ def write_exactly_once(options, columns, batches, *, query_id: str, batch_id: in
     # at once -- also when this attempt has nothing to write. A repair writes under an id of
     # its round, leaving the ids of the transactions it settled alone.
     tid = transactional_id(prefix, query_id, task, 0 if repair is None else repair.round)
-    known = None
-    if repair is not None:
-        # Rows that fit in memory are recognised before anything is written; larger ones are
-        # written, then the write is aborted if they turn out to be committed rows.
-        batches, held = _hold(batches, _REPAIR_HOLD_BYTES)
-        if held is not None:
+    with contextlib.ExitStack() as stack:
+        known = None
+        if repair is not None:
+            # The rows are recognised before anything is written (module docstring).
+            held = stack.enter_context(HeldRows(batches, _REPAIR_HOLD_BYTES))
+            if held.path is not None:
+                log.info("Exactly-once batch %d, task %d: %d bytes of its rows past the first "
+                         "%d are held on local disk (%s) to be compared before writing.",
+                         batch_id, task, held.spilled_bytes, _REPAIR_HOLD_BYTES, held.path)
             known = digest_batches(held, columns, options.topic).digest()
-            batches = iter(held)
-    producer = Producer(options.client_config, options.transactional_settings(tid))
-    if known is not None and repair.committed(known):
-        producer.close()         # made anyway: it fenced any earlier attempt of this task slot
-        log.info("Exactly-once batch %d, task %d: its rows are those of a committed "
-                 "transaction; nothing is written again.", batch_id, task)
-        return SinkCommitMessage(task=task, query_id=query_id, skipped=True, matched=known)
-    digest = RowsDigest() if known is None else None     # held rows: known already
-    try:
-        send_batches(batches, producer, columns, options.topic, partitions_for_keys,
-                     digest=digest)
-        handle = producer.transaction()  # flushes
-        records = acked_records(producer)
-    finally:
-        producer.close()
+            batches = held
+        producer = Producer(options.client_config, options.transactional_settings(tid))
+        if known is not None and repair.committed(known):
+            producer.close()     # made anyway: it fenced any earlier attempt of this task slot
+            log.info("Exactly-once batch %d, task %d: its rows are those of a committed "
+                     "transaction; nothing is written again.", batch_id, task)
+            return SinkCommitMessage(task=task, query_id=query_id, skipped=True, matched=known)
+        digest = RowsDigest() if known is None else None     # held rows: known already
+        try:
+            send_batches(batches, producer, columns, options.topic, partitions_for_keys,
+                         digest=digest)
+            handle = producer.transaction()  # flushes
+            records = acked_records(producer)
+        finally:
+            producer.close()
     if handle is not None and not handle.partitions:
         handle = None  # nothing written: nothing to commit
     written = known if digest is None else digest.digest()
-    if repair is not None and handle is not None and repair.committed(written):
-        log.info("Exactly-once batch %d, task %d: its rows are those of a committed "
-                 "transaction; the rewrite is aborted.", batch_id, task)
-        end_transaction(options.client_config, handle, commit=False)
-        return SinkCommitMessage(task=task, query_id=query_id, skipped=True, matched=written)
     return SinkCommitMessage(task=task, records=records, query_id=query_id, transaction=handle,
                              digest=written if handle is not None else None,
                              repair_round=0 if repair is None else repair.round)
 
 
-#: How many bytes of Arrow rows a task of a repair holds to recognise them before writing.
+#: How many bytes of Arrow rows a task of a repair holds in memory (the rest on local disk) to
+#: recognise them before writing.
 _REPAIR_HOLD_BYTES = 64 << 20
-
-
-def _hold(batches, limit: int):
-    """``(batches, held)``: ``held`` is the list of every batch when they add up to at most
-    ``limit`` bytes, else None; ``batches`` iterates over all of them either way."""
-    held, size = [], 0
-    it = iter(batches)
-    for batch in it:
-        held.append(batch)
-        size += batch.nbytes
-        if size > limit:
-            return itertools.chain(held, it), None
-    return iter(held), held
 
 
 def _outstanding(entries: Sequence[MarkerEntry], fates: Sequence[bool]) -> list[MarkerEntry]:

@@ -11,6 +11,7 @@ and read_committed need real Kafka: those tests skip on the embedded broker.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -425,14 +426,16 @@ def _rows(batch, tasks=3, per_task=4):
 
 
 @pytest.mark.skip_on_embedded("transactions and read_committed need real Kafka")
-@pytest.mark.parametrize("held", [True, False], ids=["rows-held", "rows-too-large-to-hold"])
+@pytest.mark.parametrize("in_memory", [True, False],
+                         ids=["rows-held-in-memory", "rows-held-on-disk"])
 def test_exactly_once_batch_committed_in_part_writes_only_the_aborted_rows_again(
-        bootstrap_servers, held, monkeypatch):
+        bootstrap_servers, in_memory, monkeypatch, tmp_path, caplog):
     # Issue 18 item 4: the broker aborted one of a batch's transactions before the driver's
     # EndTxn (the batch outlasted kafka.transaction.timeout.ms). Before, the marker was set back
     # and the restart wrote the whole batch again: the committed tasks' records twice.
-    if not held:
+    if not in_memory:   # rows past the limit are held on local disk
         monkeypatch.setattr(exactly_once, "_REPAIR_HOLD_BYTES", 0)
+        monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path))
     topic, options, query = _eos_setup(bootstrap_servers, "sink-eos-fenced", 2)
     rows = _rows(4)
     messages = [_task(options, query, 4, t, rows[t]) for t in range(3)]
@@ -450,7 +453,12 @@ def test_exactly_once_batch_committed_in_part_writes_only_the_aborted_rows_again
         assert store.committed_batches() == 5     # kept: the restart repairs the batch
 
     # The restart runs batch 4 again, with the same rows per task.
-    again = [_task(options, query, 4, t, rows[t]) for t in range(3)]
+    with caplog.at_level(logging.INFO, logger=exactly_once.__name__):
+        again = [_task(options, query, 4, t, rows[t]) for t in range(3)]
+    spilled = [r for r in caplog.records if "held on local disk" in r.getMessage()]
+    assert len(spilled) == (0 if in_memory else 3)
+    assert all(str(tmp_path) in r.getMessage() for r in spilled)
+    assert os.listdir(tmp_path) == []                       # each task deleted its file
     assert [m.skipped for m in again] == [True, False, True]
     assert again[0].matched == messages[0].digest and again[2].matched == messages[2].digest
     assert again[1].repair_round == 1 and again[1].digest == messages[1].digest
@@ -458,10 +466,9 @@ def test_exactly_once_batch_committed_in_part_writes_only_the_aborted_rows_again
     commit_batch(options, again, 4)
     expected = Counter(rows[0] + rows[1] + rows[2])
     assert _values(bootstrap_servers, topic) == expected        # each record once
-    # The log, aborted records included: task 1's first write (4 records) besides the 12; when
-    # the rows are too large to hold, also the rewrites of tasks 0 and 2, aborted once their
-    # digests were known for committed ones.
-    assert len(read_back(bootstrap_servers, topic)) == 16 + (0 if held else 8)
+    # The log, aborted records included: task 1's first write (4 records) besides the 12.
+    # Tasks 0 and 2 wrote nothing, wherever their rows were held.
+    assert len(read_back(bootstrap_servers, topic)) == 16
 
     # Spark's commit log missed it once more: a third run writes nothing and changes nothing.
     third = [_task(options, query, 4, t, [b"other rows"]) for t in range(3)]
