@@ -41,7 +41,9 @@ What it does:
    pykafka / floor and pykafka / JVM. For batch reads, also ``--floor-pairs`` paired rounds (one
    floor read, then one pykafka read, back to back): the median of the rounds' ratios is what the
    floor target (>= 0.9x) is judged on, since the machine's load moves both alike within a round
-   but by tens of percent between measurements minutes apart. Streams also report their start-up:
+   but by tens of percent between measurements minutes apart; likewise streams get
+   ``--jvm-pairs`` paired rounds with the JVM source (one pykafka stream, then one anchor run),
+   on which the stream targets are judged. Streams also report their start-up:
    from ``start()`` to the end of the first trigger (pykafka and the floor; the JVM anchor does
    not report it).
 6. Idle trigger: the driver-side cost of a micro-batch trigger with no new data
@@ -660,6 +662,44 @@ def run_jvm(path, bootstrap: str, todo: list[AnchorWorkload], rows: list[dict], 
                     f"{out['seconds_median']:.3f} s")
 
 
+def jvm_stream_pairs(path, spark, bootstrap: str, todo: list[AnchorWorkload], rows: list[dict],
+                     args, guarded) -> None:
+    """Streams in paired rounds with Spark's JVM source: per round one pykafka stream in this
+    (warm) session, then one anchor invocation (its own warm-up, one timed run) of the variant
+    ``--jvm-variants`` names last (tuned, when it is there). Their times are minutes apart
+    otherwise, and this machine's speed moves by tens of percent in that time. Sets
+    ``paired_ratios_vs_jvm`` and ``paired_ratio_vs_jvm`` (pykafka / JVM, per round and median)
+    and ``paired_jvm_variant`` on the stream rows."""
+    variant = args.jvm_variants[-1]
+    for a, row in zip(todo, rows):
+        if a.mode != "stream" or (args.jvm_workloads is not None
+                                  and a.name not in args.jvm_workloads):
+            continue
+        log(f"pykafka and the JVM source ({variant}) {ANCHOR_MASTER}: {a.name} "
+            f"({a.workload.values}), {args.jvm_pairs} paired rounds")
+        options = {"kafka.bootstrap.servers": bootstrap, "subscribe": a.workload.topic,
+                   "startingOffsets": "earliest", **args.extra_options}
+
+        def rounds():
+            ratios = []
+            for _ in range(args.jvm_pairs):
+                mine = spark_stream_once(spark, "pykafka", options, a.workload, a.max_offsets,
+                                         "pykafka")["seconds"]
+                theirs = jvm_anchor.run_anchor(
+                    path, bootstrap=bootstrap, topic=a.workload.topic, mode=a.mode, runs=1,
+                    master=ANCHOR_MASTER, max_offsets_per_trigger=a.max_offsets,
+                    tuned=variant == "tuned")
+                check(a.workload, f"JVM {variant} (paired)", theirs.get("records") or 0, None)
+                ratios.append(round(theirs["seconds_median"] / mine, 3))
+            return ratios
+
+        pairs = guarded(f"paired JVM {a.workload.broker} {a.workload.values} {a.name}", rounds)
+        if pairs:
+            log(f"  pykafka / JVM per round: {' '.join(f'{r:.2f}' for r in pairs)}")
+            row.update(paired_ratios_vs_jvm=pairs, paired_jvm_variant=variant,
+                       paired_ratio_vs_jvm=round(statistics.median(pairs), 3))
+
+
 def add_jvm_ratios(rows: list[dict]) -> None:
     for row in rows:
         mine = (row.get("pykafka") or {}).get("records_per_s")
@@ -688,7 +728,7 @@ def print_jvm_table(rows: list[dict], note: str | None, floor_note: str | None) 
     if not rows:
         return
     header = ("broker", "values", "workload", "floor", "pykafka", "JVM", "JVM tuned",
-              "pk/floor", "paired", "pk/JVM", "pk/tuned")
+              "pk/floor", "paired", "pk/JVM", "pk/tuned", "paired")
 
     def cell(r, mb: bool):
         if not r or r.get("records_per_s") is None:
@@ -710,12 +750,15 @@ def print_jvm_table(rows: list[dict], note: str | None, floor_note: str | None) 
                       fmt(row.get("ratio_vs_floor"), ".2f"),
                       fmt(row.get("paired_ratio_vs_floor"), ".2f"),
                       fmt(row.get("ratio_vs_jvm"), ".2f"),
-                      fmt(row.get("ratio_vs_jvm_tuned"), ".2f")))
+                      fmt(row.get("ratio_vs_jvm_tuned"), ".2f"),
+                      fmt(row.get("paired_ratio_vs_jvm"), ".2f")))
     print_grouped_table(header, table, left=3, group=2)
     labels = {row["workload"]: row["label"] for row in rows}
     print("workloads: " + "; ".join(f"{k} = {v}" for k, v in labels.items()))
-    print("pk/floor, pk/JVM, pk/tuned: ratios of the medians; paired (batch reads): the median "
-          "of pykafka / floor over paired rounds, each one floor read then one pykafka read")
+    print("pk/floor, pk/JVM, pk/tuned: ratios of the medians; the first paired (batch reads): "
+          "the median of pykafka / floor over paired rounds, each one floor read then one "
+          "pykafka read; the second (streams): the median of pykafka / JVM source over paired "
+          "rounds, each one pykafka stream then one anchor run of the last --jvm-variants")
     streams = [row for row in rows if row["mode"] == "stream"]
     if streams:
         print()
@@ -995,7 +1038,12 @@ def targets(results: list[dict], memory: list[dict], idle: list[dict],
         mine = (row.get("pykafka") or {}).get("records_per_s")
         ratio = round(mine / best, 3) if mine and best else None
         goal = JVM_TARGETS.get(row.get("workload"), RATIO_TARGET)
-        out.append({"target": f"pykafka / best of Spark's JVM source (plain, tuned) >= "
+        which = "best of Spark's JVM source (plain, tuned)"
+        if row.get("paired_ratio_vs_jvm") is not None:
+            ratio = row["paired_ratio_vs_jvm"]
+            which = (f"Spark's JVM source ({row['paired_jvm_variant']}, median of paired "
+                     "rounds)")
+        out.append({"target": f"pykafka / {which} >= "
                               f"{goal:.1f}x: {row['label']} ({_where(row)})",
                     "value": "error" if ratio is None else ratio,
                     "pass": ratio is not None and ratio >= goal})
@@ -1059,6 +1107,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--floor-pairs", type=int, default=None,
                     help="paired rounds of the floor and pykafka per batch workload, after "
                          "their own runs; 0: none (default --runs)")
+    ap.add_argument("--jvm-pairs", type=int, default=None,
+                    help="paired rounds of pykafka and Spark's JVM source (the last of "
+                         "--jvm-variants) per stream workload; 0: none (default --runs)")
     ap.add_argument("--floor-batch-bytes", type=int, default=floor_source.DEFAULT_BATCH_BYTES,
                     help="value bytes per Arrow batch the floor yields (default 8 MiB, about "
                          "what pykafka's decoder yields)")
@@ -1159,6 +1210,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.floor_pairs = 0 if args.floor == "off" else args.runs
     if args.floor_pairs < 0:
         ap.error("--floor-pairs must be >= 0")
+    if args.jvm_pairs is None:
+        args.jvm_pairs = 0 if args.quick else args.runs
+    if args.jvm_pairs < 0:
+        ap.error("--jvm-pairs must be >= 0")
     args.readers = [r.strip() for r in args.readers.split(",") if r.strip()]
     args.masters = [m.strip() for m in args.masters.split(",") if m.strip()]
     args.extra_options = dict(o.split("=", 1) for o in args.option)
@@ -1334,6 +1389,11 @@ class Bench:
                         for values, (_w, _big, todo) in sets.items():
                             rows_by_set[values] = compare_with_jvm(
                                 spark, bootstrap, todo, self.results, args, self.guarded, floors)
+                        if self.anchor is not None and args.jvm_pairs:
+                            for values, (_w, _big, todo) in sets.items():
+                                if values in rows_by_set:
+                                    jvm_stream_pairs(self.anchor, spark, bootstrap, todo,
+                                                     rows_by_set[values], args, self.guarded)
                 finally:
                     spark.stop()
         if self.anchor is not None:
