@@ -384,8 +384,14 @@ def start_spark(master: str):
 
 
 def pykafka_options(bootstrap: str, w: Workload, extra_options: dict) -> dict:
+    return {**pykafka_stream_options(bootstrap, w, {}), "endingOffsets": w.ending_offsets(),
+            **extra_options}
+
+
+def pykafka_stream_options(bootstrap: str, w: Workload, extra_options: dict) -> dict:
+    """pykafka's options for a stream over all of ``w``'s topic (a batch read adds its end)."""
     return {"kafka.bootstrap.servers": bootstrap, "subscribe": w.topic,
-            "startingOffsets": "earliest", "endingOffsets": w.ending_offsets(), **extra_options}
+            "startingOffsets": "earliest", **extra_options}
 
 
 def floor_options(spark, w: Workload, args) -> dict:
@@ -608,8 +614,7 @@ def compare_with_jvm(spark, bootstrap: str, todo: list[AnchorWorkload], results:
         else:
             log(f"pykafka {ANCHOR_MASTER}: {a.name} ({w.values}, {args.warmups} warm-up + "
                 f"{args.runs} runs)")
-            options = {"kafka.bootstrap.servers": bootstrap, "subscribe": w.topic,
-                       "startingOffsets": "earliest", **args.extra_options}
+            options = pykafka_stream_options(bootstrap, w, args.extra_options)
             row = guarded(f"pykafka {a.name}", measure_stream, spark, "pykafka", options, w,
                           a.max_offsets, args.runs, args.warmups, "pykafka")
         if row:
@@ -677,8 +682,7 @@ def jvm_stream_pairs(path, spark, bootstrap: str, todo: list[AnchorWorkload], ro
             continue
         log(f"pykafka and the JVM source ({variant}) {ANCHOR_MASTER}: {a.name} "
             f"({a.workload.values}), {args.jvm_pairs} paired rounds")
-        options = {"kafka.bootstrap.servers": bootstrap, "subscribe": a.workload.topic,
-                   "startingOffsets": "earliest", **args.extra_options}
+        options = pykafka_stream_options(bootstrap, a.workload, args.extra_options)
 
         def rounds():
             ratios = []
