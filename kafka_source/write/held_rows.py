@@ -19,6 +19,7 @@ done before, leaves their records twice in the log for ``read_uncommitted`` read
 
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
 from typing import Iterable, Iterator
@@ -72,7 +73,7 @@ class HeldRows:
             with os.fdopen(fd, "wb") as raw:
                 fd = None
                 with pa.ipc.new_stream(raw, first.schema) as writer:
-                    for batch in _chain(first, rest):
+                    for batch in itertools.chain((first,), rest):
                         if not batch.schema.equals(first.schema):
                             raise SpillError(
                                 "A write task's Arrow batches changed their schema midway "
@@ -115,8 +116,3 @@ class HeldRows:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _chain(first, rest):
-    yield first
-    yield from rest
