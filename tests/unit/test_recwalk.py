@@ -128,3 +128,51 @@ def test_its_limits_are_fast_decodes():
     assert got["batch_ok"].all()
     assert got["ok"].tolist() == [True, True, False, True, False]
     assert got["tsd"][1] == (1 << 52) - 1 and got["od"][3] == (1 << 55) - 1
+
+
+# ------------------------------------------------------------------------------------------------
+# gather: a binary column's bytes and offsets
+# ------------------------------------------------------------------------------------------------
+
+def gathered(buf, starts, ends, sel=None):
+    m = len(starts) if sel is None else len(sel)
+    offsets = np.full(m + 1, -7, dtype=np.int32)
+    data = walk.gather(buf, np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64),
+                       None if sel is None else np.asarray(sel, dtype=np.int64), offsets)
+    return bytes(data), offsets.tolist()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_gather_copies_each_records_bytes_in_order(seed):
+    rng = np.random.default_rng(seed)
+    buf = rng.integers(0, 256, 5000, dtype=np.uint8).tobytes()
+    n = int(rng.integers(1, 60))
+    starts = rng.integers(0, 5000, n)
+    ends = np.minimum(starts + rng.integers(0, 200, n), 5000)
+    empty = rng.random(n) < 0.25               # null or zero-length fields take no bytes
+    ends[empty] = starts[empty]
+    for sel in (None, np.sort(rng.choice(n, size=max(1, n // 2), replace=False)),
+                np.array([], dtype=np.int64)):
+        picked = range(n) if sel is None else sel.tolist()
+        want = [buf[starts[j]:ends[j]] for j in picked]
+        data, offsets = gathered(buf, starts, ends, sel)
+        assert data == b"".join(want)
+        assert offsets == [0] + np.cumsum([len(w) for w in want], dtype=np.int64).tolist()
+
+
+@pytest.mark.parametrize("starts, ends, sel, message", [
+    ([0, 5], [4, 11], None, "not inside"),          # past the end of a 10-byte buffer
+    ([-1], [3], None, "not inside"),
+    ([6], [5], None, "not inside"),                # ends before it starts
+    ([0, 2], [1, 3], [2], "is not a record"),
+    ([0, 2], [1, 3], [-1], "is not a record"),
+])
+def test_gather_refuses_positions_outside_the_buffer(starts, ends, sel, message):
+    with pytest.raises(ValueError, match=message):
+        gathered(b"0123456789", starts, ends, sel)
+
+
+def test_gather_refuses_offsets_too_small():
+    with pytest.raises(ValueError, match="offsets holds 8 bytes, needs 12"):
+        walk.gather(b"0123456789", np.array([0, 1], dtype=np.int64),
+                    np.array([1, 2], dtype=np.int64), None, np.zeros(2, dtype=np.int32))

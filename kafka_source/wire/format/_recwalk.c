@@ -227,11 +227,102 @@ fail:
     return NULL;
 }
 
+
+/* gather(buf, starts, ends, sel, offsets) -> bytearray
+ *
+ * One binary column (keys or values) out of the walked records: the bytes [starts[j], ends[j])
+ * of buf for j = sel[i] (i = 0 .. len(sel)-1), or for every j when sel is None, one after the
+ * other in a new bytearray; offsets (int32, writable, len(sel or starts) + 1 elements) receives
+ * the Arrow offsets of the column. A null field has starts[j] == ends[j] (the walk sets it so)
+ * and takes no bytes; the caller adds the validity bitmap.
+ *
+ * Why: pyarrow's take over fast_decode's interleaved "pieces" array did this at about 47 ms per
+ * million 100-byte values (two passes, bounds checks, a call per element); a plain memcpy loop
+ * over the positions the walk already has is a fraction of it. Every position is checked
+ * against buf before anything is copied, and a column over INT32_MAX bytes is refused (Arrow's
+ * binary offsets are int32; the chunk buffer never is that large).
+ */
+static PyObject *gather(PyObject *self, PyObject *args)
+{
+    PyObject *o_buf, *o_st, *o_en, *o_sel, *o_off;
+    Buf b[5];
+    memset(b, 0, sizeof b);
+    if (!PyArg_ParseTuple(args, "OOOOO", &o_buf, &o_st, &o_en, &o_sel, &o_off))
+        return NULL;
+    PyObject *out = NULL;
+    if (get_buffer(o_buf, &b[0], 0, 0, 1, "buf") < 0 ||
+        get_buffer(o_st, &b[1], 0, 0, 8, "starts") < 0)
+        goto fail;
+    const Py_ssize_t n = b[1].view.len / 8;
+    if (get_buffer(o_en, &b[2], 0, n, 8, "ends") < 0)
+        goto fail;
+    Py_ssize_t m = n;
+    const int64_t *sel = NULL;
+    if (o_sel != Py_None) {
+        if (get_buffer(o_sel, &b[3], 0, 0, 8, "sel") < 0)
+            goto fail;
+        m = b[3].view.len / 8;
+        sel = (const int64_t *)b[3].view.buf;
+    }
+    if (get_buffer(o_off, &b[4], 1, m + 1, 4, "offsets") < 0)
+        goto fail;
+    const uint8_t *buf = (const uint8_t *)b[0].view.buf;
+    const int64_t size = (int64_t)b[0].view.len;
+    const int64_t *st = (const int64_t *)b[1].view.buf, *en = (const int64_t *)b[2].view.buf;
+    int32_t *off = (int32_t *)b[4].view.buf;
+
+    int64_t total = 0;
+    off[0] = 0;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        const int64_t j = sel ? sel[i] : (int64_t)i;
+        if (j < 0 || j >= n) {
+            PyErr_Format(PyExc_ValueError, "_recwalk.gather: sel[%zd] = %lld is not a record "
+                         "of %zd", i, (long long)j, n);
+            goto fail;
+        }
+        const int64_t s = st[j], e = en[j];
+        if (s < 0 || e < s || e > size) {
+            PyErr_Format(PyExc_ValueError, "_recwalk.gather: record %lld: bytes [%lld, %lld) "
+                         "are not inside the %lld-byte buffer", (long long)j, (long long)s,
+                         (long long)e, (long long)size);
+            goto fail;
+        }
+        total += e - s;
+        if (total > INT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "_recwalk.gather: the column would hold more "
+                            "than 2**31-1 bytes");
+            goto fail;
+        }
+        off[i + 1] = (int32_t)total;
+    }
+    out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (out == NULL)
+        goto fail;
+    uint8_t *dst = (uint8_t *)PyByteArray_AS_STRING(out);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < m; i++) {
+        const int64_t j = sel ? sel[i] : (int64_t)i;
+        const int64_t len = (int64_t)off[i + 1] - off[i];
+        if (len)
+            memcpy(dst + off[i], buf + st[j], (size_t)len);
+    }
+    Py_END_ALLOW_THREADS
+    release(b, 5);
+    return out;
+fail:
+    release(b, 5);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS,
      "walk(buf, sec_start, sec_end, counts, st, en, tsd, od, ks, ke, knull, vs, ve, vnull, ok, "
      "batch_ok): record boundaries and fields of magic-2 records sections (see the module "
      "comment in _recwalk.c)."},
+    {"gather", gather, METH_VARARGS,
+     "gather(buf, starts, ends, sel, offsets) -> bytearray: the bytes [starts[j], ends[j]) of "
+     "buf for j in sel (or every j when sel is None), one after the other; offsets receives "
+     "the Arrow int32 offsets (see _recwalk.c)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -52,9 +52,12 @@ How it works
    reference's error, or returns what the reference returns). This keeps malformed-input
    behaviour identical without re-implementing every corner.
 
-5. **Arrow**: key and value columns are cut out of the chunk buffer in C++: one ``BinaryArray``
-   whose offsets are the (key start, key end, value start, value end) of every record, then a
-   ``take`` of every 4th element. Offsets, timestamps and the other columns are numpy arrays
+5. **Arrow**: key and value columns are copied out of the chunk buffer by the C walk's
+   ``gather`` (:func:`_gathered`: Arrow offsets from the positions the walk found, then one
+   memcpy per record into a new buffer). Without the C walk they are cut out by Arrow in C++: one
+   ``BinaryArray`` whose offsets are the (key start, key end, value start, value end) of every
+   record, then a ``take`` of every 4th element, at about three times the CPU (47 against 11-15
+   ms per million 100-byte values). Offsets, timestamps and the other columns are numpy arrays
    handed to Arrow without copies.
 
 Memory: each output batch owns its data (nothing keeps the input buffer alive), so a receive
@@ -995,22 +998,37 @@ def _in_place(payloads):
     return base, starts
 
 
+def _gathered(walk, raw, starts, ends, sel, null):
+    """A binary column of the bytes [starts[j], ends[j]) of ``raw`` for the records ``sel``
+    (all when None), null where ``null`` (already selected): copied by the C walk's ``gather``,
+    one memcpy per record, instead of :func:`_cut`'s ``take``."""
+    m = len(starts) if sel is None else len(sel)
+    offsets = np.empty(m + 1, dtype=np.int32)
+    data = walk.gather(raw, starts, ends, sel, offsets)
+    validity, nulls = _validity(~null) if null.any() else (None, 0)
+    return pa.Array.from_buffers(pa.binary(), m, [validity, pa.py_buffer(offsets),
+                                                  pa.py_buffer(data)], nulls)
+
+
 def _build_batch(raw, sel, m, offsets, timestamps, ts_types, ks, ke, knull, vs, ve, vnull, hc,
                  gen, gidx, topic, partition, include_headers):
     n = len(offsets)
     pbuf = pa.py_buffer(raw)
-    pieces = _pieces(pbuf, ks, ke, vs, ve)
-    if sel is None:
-        index4 = np.arange(0, 4 * n, 4, dtype=np.int64)
-    else:
-        index4 = sel * 4
+    if sel is not None:
         offsets = offsets[sel]
         timestamps = timestamps[sel]
         ts_types = ts_types[sel]
         knull = knull[sel]
         vnull = vnull[sel]
-    key = _cut(pieces, index4, knull)
-    value = _cut(pieces, index4 + 2, vnull)
+    walk = _recwalk
+    if walk is not None:
+        key = _gathered(walk, raw, ks, ke, sel, knull)
+        value = _gathered(walk, raw, vs, ve, sel, vnull)
+    else:
+        pieces = _pieces(pbuf, ks, ke, vs, ve)
+        index4 = np.arange(0, 4 * n, 4, dtype=np.int64) if sel is None else sel * 4
+        key = _cut(pieces, index4, knull)
+        value = _cut(pieces, index4 + 2, vnull)
     timestamps *= 1000
     columns = [
         key,
