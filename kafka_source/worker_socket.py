@@ -28,6 +28,8 @@ import ipaddress
 import os
 import socket
 
+from .worker_heap import freeze_once
+
 _QUICKACK = getattr(socket, "TCP_QUICKACK", None)
 
 
@@ -71,8 +73,11 @@ def _loopback(host: str) -> bool:
 
 class AcksJvmOnUnpickle:
     """Mixin for the objects Spark pickles into each task's command (readers, writers): once
-    unpickled in the worker, acknowledge the JVM's command at once (:func:`ack_jvm_now`)."""
+    unpickled in the worker, acknowledge the JVM's command at once (:func:`ack_jvm_now`), and
+    the first time in the process freeze the heap it started with
+    (:func:`kafka_source.worker_heap.freeze_once`)."""
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         ack_jvm_now()
+        freeze_once()
