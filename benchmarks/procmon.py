@@ -14,9 +14,15 @@ Processes are classified by their command line:
 ``planner``
     The driver-side data source workers Spark 4 also starts through the daemon
     (``pyspark.daemon pyspark.sql.worker.plan_data_source_read`` and the like).
-``python-other``, ``broker`` (the embedded Tansu broker), ``other``
+``broker``
+    The embedded Tansu broker, or a Kafka broker (and its ZooKeeper) started from a
+    distribution.
+``python-other``, ``other``
 ``jvm``
     The Spark JVM.
+
+:func:`cpu_by_kind` adds up the CPU time of the same processes per kind, for the benchmark's
+CPU accounting of paired reads.
 """
 
 from __future__ import annotations
@@ -60,6 +66,11 @@ def descendants(root: int) -> set[int]:
     return out
 
 
+# The main classes of a Kafka broker and of ZooKeeper started from a distribution (run.py's
+# brokers are children of the benchmark process): the broker, not Spark's JVM.
+_BROKER_MAINS = (b"kafka.Kafka", b"org.apache.zookeeper.server.quorum.QuorumPeerMain")
+
+
 def classify(cmdline: bytes) -> str:
     argv = cmdline.split(b"\0")
     if b"pyspark.daemon" in argv or b"pyspark.worker" in argv:
@@ -69,13 +80,53 @@ def classify(cmdline: bytes) -> str:
             return "planner"
         return "executor"
     name = os.path.basename(argv[0])
+    if b"tansu" in name or any(a in _BROKER_MAINS for a in argv):
+        return "broker"
     if b"java" in name:
         return "jvm"
-    if b"tansu" in name:
-        return "broker"
     if b"python" in name:
         return "python-other"
     return "other"
+
+
+_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of ``pid`` and of its children it has reaped (a daemon's forked
+    Python workers), in seconds; 0.0 when it is gone."""
+    stat = _read(f"/proc/{pid}/stat")
+    if not stat:
+        return 0.0
+    fields = stat[stat.rfind(b")") + 2:].split()
+    return sum(int(x) for x in fields[11:15]) / _HZ   # utime stime cutime cstime
+
+
+def machine_busy_seconds() -> float:
+    """CPU time the whole machine spent busy (all cores; not idle, not waiting on I/O)."""
+    line = (_read("/proc/stat") or b"cpu 0").split(b"\n", 1)[0].split()[1:]
+    ticks = [int(x) for x in line]
+    idle = sum(ticks[3:5])
+    return (sum(ticks) - idle) / _HZ
+
+
+def cpu_by_kind(root: int | None = None) -> dict[str, float]:
+    """CPU seconds so far per kind (:func:`classify`) of the processes below ``root`` (default:
+    this process), ``bench`` for ``root`` itself, and ``machine`` for the whole machine. Take it
+    before and after a run: the differences are the run's CPU by kind. A process that exits
+    between the two is counted only if a process of the tree reaped it."""
+    root = root or os.getpid()
+    out: dict[str, float] = {"bench": cpu_seconds(root)}
+    for pid in descendants(root):
+        kind = classify(_read(f"/proc/{pid}/cmdline") or b"")
+        out[kind] = out.get(kind, 0.0) + cpu_seconds(pid)
+    out["machine"] = machine_busy_seconds()
+    return out
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: round(after.get(k, 0.0) - before.get(k, 0.0), 3)
+            for k in sorted(set(before) | set(after))}
 
 
 def memory_kb(pid: int) -> tuple[int, int] | None:

@@ -88,7 +88,7 @@ REPO_ROOT = HERE.parent
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(1, str(HERE))
 
-from procmon import ProcessMonitor  # noqa: E402
+from procmon import ProcessMonitor, cpu_by_kind, cpu_delta  # noqa: E402
 import floor_source  # noqa: E402
 import jvm_anchor  # noqa: E402
 from payloads import VALUE_KINDS, value_pool  # noqa: E402
@@ -453,17 +453,46 @@ def measure_spark(spark, master: str, monitor: ProcessMonitor, bootstrap: str, w
                      input_partitions=tasks)
 
 
-def floor_pairs(spark, bootstrap: str, w: Workload, rounds: int, args) -> list[float]:
+# After a timed read, before its CPU is read: Python workers finish their post-task collection
+# and the broker its last responses (not part of the timing, only of the CPU accounting).
+CPU_SETTLE_S = 0.2
+
+
+def floor_pairs(spark, bootstrap: str, w: Workload, rounds: int,
+                args) -> tuple[list[float], dict]:
     """pykafka's records/s over the floor's in each of ``rounds`` paired rounds: one floor read,
-    then one pykafka read of the same rows, back to back (both already warm)."""
+    then one pykafka read of the same rows, back to back (both already warm); and the CPU
+    seconds of each read by process kind (:func:`procmon.cpu_by_kind`: ``jvm`` Spark's JVM,
+    ``executor`` its Python workers, ``planner``, ``broker``, ``machine`` all of it), medians
+    over the rounds, ``{"floor": {...}, "pykafka": {...}}``."""
     floor_opts = floor_options(spark, w, args)
     mine = pykafka_options(bootstrap, w, args.extra_options)
     ratios = []
+    cpu: dict[str, list[dict]] = {"floor": [], "pykafka": []}
+
+    def timed(fmt_: str, options: dict, reader: str, who: str) -> float:
+        before = cpu_by_kind()
+        seconds, _ = spark_read_once(spark, fmt_, options, w, reader)
+        time.sleep(CPU_SETTLE_S)
+        cpu[who].append(cpu_delta(before, cpu_by_kind()))
+        return seconds
+
     for _ in range(rounds):
-        floor_s, _ = spark_read_once(spark, floor_source.FLOOR_NAME, floor_opts, w, FLOOR)
-        pykafka_s, _ = spark_read_once(spark, "pykafka", mine, w, "pykafka")
+        floor_s = timed(floor_source.FLOOR_NAME, floor_opts, FLOOR, "floor")
+        pykafka_s = timed("pykafka", mine, "pykafka", "pykafka")
         ratios.append(round(floor_s / pykafka_s, 3))
-    return ratios
+    medians = {who: {k: round(statistics.median(d.get(k, 0.0) for d in runs), 3)
+                     for k in sorted({k for d in runs for k in d})}
+               for who, runs in cpu.items() if runs}
+    return ratios, medians
+
+
+def cpu_text(cpu: dict) -> str:
+    """``machine 0.75 / 1.02, jvm 0.61 / 0.59, ...``: floor / pykafka CPU seconds per read."""
+    f, p = cpu.get("floor") or {}, cpu.get("pykafka") or {}
+    kinds = [k for k in ("machine", "jvm", "executor", "broker", "planner", "bench")
+             if k in f or k in p]
+    return ", ".join(f"{k} {f.get(k, 0.0):.2f} / {p.get(k, 0.0):.2f}" for k in kinds)
 
 
 def measure_floor(spark, w: Workload, runs: int, warmups: int, args) -> dict:
@@ -622,19 +651,22 @@ def compare_with_jvm(spark, bootstrap: str, todo: list[AnchorWorkload], results:
                 + (f", start-up {row['startup_s']:.2f} s" if row.get("startup_s") else ""))
         else:
             row = failed_row(f"pykafka {ANCHOR_MASTER}", w, "see the log")
-        pairs = None
+        pairs = pair_cpu = None
         if (a.mode == "batch" and args.floor_pairs and (floor or {}).get("records_per_s")
                 and row.get("records_per_s")):
             log(f"floor and pykafka {ANCHOR_MASTER}: {a.name} ({w.values}), "
                 f"{args.floor_pairs} paired rounds")
-            pairs = guarded(f"paired floor {a.name}", floor_pairs, spark, bootstrap, w,
-                            args.floor_pairs, args)
-            if pairs:
+            paired = guarded(f"paired floor {a.name}", floor_pairs, spark, bootstrap, w,
+                             args.floor_pairs, args)
+            if paired:
+                pairs, pair_cpu = paired
                 log(f"  pykafka / floor per round: {' '.join(f'{r:.2f}' for r in pairs)}")
+                log(f"  CPU seconds per read, floor / pykafka (medians): {cpu_text(pair_cpu)}")
         rows.append({"broker": w.broker, "values": w.values, "workload": a.name,
                      "label": a.label, "mode": a.mode, "topic": w.topic,
                      "max_offsets_per_trigger": a.max_offsets, "floor": floor, "pykafka": row,
                      "paired_ratios_vs_floor": pairs,
+                     "paired_cpu_s": pair_cpu,
                      "paired_ratio_vs_floor": (round(statistics.median(pairs), 3) if pairs
                                                else None)})
     return rows
@@ -763,6 +795,15 @@ def print_jvm_table(rows: list[dict], note: str | None, floor_note: str | None) 
           "the median of pykafka / floor over paired rounds, each one floor read then one "
           "pykafka read; the second (streams): the median of pykafka / JVM source over paired "
           "rounds, each one pykafka stream then one anchor run of the last --jvm-variants")
+    cpu_rows = [row for row in rows if row.get("paired_cpu_s")]
+    if cpu_rows:
+        print()
+        print("CPU seconds per batch read in the paired rounds, floor / pykafka (medians; "
+              "machine: all cores; jvm: Spark's JVM; executor: its Python workers; broker: the "
+              "Kafka broker, which the floor does not use):")
+        for row in cpu_rows:
+            print(f"  {row['broker']} {row['values']} {row['workload']}: "
+                  f"{cpu_text(row['paired_cpu_s'])}")
     streams = [row for row in rows if row["mode"] == "stream"]
     if streams:
         print()
