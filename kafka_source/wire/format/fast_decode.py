@@ -1005,7 +1005,7 @@ def _gathered(walk, raw, starts, ends, sel, null):
     m = len(starts) if sel is None else len(sel)
     offsets = np.empty(m + 1, dtype=np.int32)
     data = walk.gather(raw, starts, ends, sel, offsets)
-    validity, nulls = _validity(~null) if null.any() else (None, 0)
+    validity, nulls = _validity(~null)
     return pa.Array.from_buffers(pa.binary(), m, [validity, pa.py_buffer(offsets),
                                                   pa.py_buffer(data)], nulls)
 
