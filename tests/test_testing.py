@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import time
 
 import pytest
@@ -187,6 +188,40 @@ def test_unreachable_external_broker_fails_fast_and_clearly(monkeypatch):
     with pytest.raises(testing.BrokerStartError, match="KAFKA_BOOTSTRAP_SERVERS"):
         testing.select_broker(timeout_s=1)
     assert time.monotonic() - start < 10
+
+
+def test_free_ports_are_never_handed_out_twice(monkeypatch):
+    """A broker's listeners are picked one after the other; the kernel may offer a just-closed
+    probe port again, and two listeners on one port stop the broker from starting."""
+    from kafka_source.testing import brokers
+    offered = iter([50001, 50001, 50002, 50001, 50002, 50003])
+
+    class Probe:
+        def __init__(self, *args):
+            self.port = next(offered)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def bind(self, address):
+            pass
+
+        def getsockname(self):
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(brokers, "_handed_out_ports", set())
+    monkeypatch.setattr(brokers.socket, "socket", Probe)
+    assert [brokers._free_port() for _ in range(3)] == [50001, 50002, 50003]
+
+
+def test_free_ports_are_distinct_and_free():
+    ports = [testing._free_port() for _ in range(200)]
+    assert len(set(ports)) == 200
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", ports[-1]))
 
 
 def test_unique_topic_name():

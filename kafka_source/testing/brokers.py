@@ -356,10 +356,28 @@ def find_tansu_binary() -> str:
     )
 
 
+_handed_out_ports: "set[int]" = set()
+_ports_lock = threading.Lock()
+
+
 def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on, and one this process has not handed out before.
+
+    The probe socket is closed before the caller binds the port, so the kernel may offer the same
+    ephemeral port to the next probe: a broker's listeners, picked one after the other, then
+    collide ("two listeners on the same port", seen in CI). Remembering what was handed out keeps
+    every port of a broker, a cluster or a test distinct for the life of the process.
+    """
+    with _ports_lock:
+        for _attempt in range(1000):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            if port not in _handed_out_ports:
+                _handed_out_ports.add(port)
+                return port
+    raise BrokerStartError("no free loopback port this process has not already handed out "
+                           f"({len(_handed_out_ports)} handed out)")
 
 
 _live_brokers: "set[BrokerHandle]" = set()
