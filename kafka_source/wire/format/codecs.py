@@ -173,22 +173,24 @@ def _unsnappy(data) -> bytes:
 def _unlz4(data, *, fix_header_checksum: bool) -> bytes:
     import lz4.frame
 
-    buf = bytes(data)
+    # lz4 reads the frames where they are (a view into the fetch buffer): no copy of the
+    # compressed bytes, only the legacy magic-0 frame, whose header is mended, is copied.
+    view = memoryview(data).cast("B")
     out = []
     pos = 0
     while True:
-        frame = buf[pos:] if pos else buf
+        frame = view[pos:] if pos else view
         if fix_header_checksum:
-            frame = _fix_lz4_header_checksum(frame)
+            frame = _fix_lz4_header_checksum(bytes(frame))
         chunk, used = lz4.frame.decompress(frame, return_bytes_read=True)
         out.append(chunk)
         if used <= 0:
             raise CorruptRecordError("lz4 frame consumed no input")
         pos += used
-        if pos >= len(buf):
-            return b"".join(out)
-        if buf[pos:pos + 4] != _LZ4_MAGIC:
-            raise CorruptRecordError(f"{len(buf) - pos} trailing bytes after the lz4 frame")
+        if pos >= len(view):
+            return out[0] if len(out) == 1 else b"".join(out)
+        if view[pos:pos + 4] != _LZ4_MAGIC:
+            raise CorruptRecordError(f"{len(view) - pos} trailing bytes after the lz4 frame")
 
 
 def _fix_lz4_header_checksum(frame: bytes) -> bytes:
