@@ -28,7 +28,7 @@ import ipaddress
 import os
 import socket
 
-from .worker_heap import freeze_once
+from .worker_heap import prepare_once
 
 _QUICKACK = getattr(socket, "TCP_QUICKACK", None)
 
@@ -74,10 +74,10 @@ def _loopback(host: str) -> bool:
 class AcksJvmOnUnpickle:
     """Mixin for the objects Spark pickles into each task's command (readers, writers): once
     unpickled in the worker, acknowledge the JVM's command at once (:func:`ack_jvm_now`), and
-    the first time in the process freeze the heap it started with
-    (:func:`kafka_source.worker_heap.freeze_once`)."""
+    the first time in the process freeze the heap it started with and pin the allocator's
+    thresholds (:func:`kafka_source.worker_heap.prepare_once`)."""
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         ack_jvm_now()
-        freeze_once()
+        prepare_once()
