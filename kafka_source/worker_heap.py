@@ -66,28 +66,25 @@ _SPARK_WORKER_VAR = "PYTHON_WORKER_FACTORY_SECRET"
 _OPERATOR_MALLOC_VARS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")
 
 _prepared = False
-_frozen = False
 
 
 def prepare_once() -> None:
     """What the first reader or writer unpickled in a process does for the whole process:
-    freeze the heap (:func:`freeze_once`) and pin the allocator's thresholds
+    freeze the heap (:func:`freeze_heap`) and pin the allocator's thresholds
     (:func:`pin_malloc_thresholds`). Later calls do nothing. Never raises."""
     global _prepared
     if _prepared:
         return
     _prepared = True
-    freeze_once()
+    freeze_heap()
     pin_malloc_thresholds()
 
 
-def freeze_once() -> None:
-    """Freeze the process's tracked objects the first time it is called in a reused Spark
-    worker; later calls, and calls in any other process, do nothing. Never raises."""
-    global _frozen
-    if _frozen or not os.environ.get("SPARK_REUSE_WORKER"):
+def freeze_heap() -> None:
+    """Freeze the process's tracked objects if it is a reused Spark worker; in any other process
+    do nothing. Once per process: :func:`prepare_once` calls it. Never raises."""
+    if not os.environ.get("SPARK_REUSE_WORKER"):
         return
-    _frozen = True
     freeze = getattr(gc, "freeze", None)    # CPython 3.7+; absent on other interpreters
     if freeze is not None:
         freeze()
@@ -100,7 +97,7 @@ def pin_malloc_thresholds(environ=None) -> bool:
     env = os.environ if environ is None else environ
     if _SPARK_WORKER_VAR not in env or any(v in env for v in _OPERATOR_MALLOC_VARS):
         return False
-    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
+    if not on_glibc():
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt
@@ -112,3 +109,8 @@ def pin_malloc_thresholds(environ=None) -> bool:
     # alone would switch the adaptive mmap threshold off at its 128 KiB start.
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
         mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+
+
+def on_glibc() -> bool:
+    """Is the process's C library glibc (the one with ``mallopt``)?"""
+    return sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"

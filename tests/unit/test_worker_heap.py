@@ -16,6 +16,8 @@ import textwrap
 
 import pytest
 
+from kafka_source import worker_heap
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _PROBE = textwrap.dedent("""
@@ -38,14 +40,21 @@ _PROBE = textwrap.dedent("""
 """)
 
 
-def probe(reuse: str | None) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "SPARK_REUSE_WORKER"}
-    if reuse is not None:
-        env["SPARK_REUSE_WORKER"] = reuse
+def in_fresh_interpreter(script: str, env_extra: dict) -> dict:
+    """Run ``script`` in a new interpreter whose environment has none of the variables the
+    module looks at, plus ``env_extra``; returns the JSON of its last output line."""
+    drop = ("SPARK_REUSE_WORKER", worker_heap._SPARK_WORKER_VAR,
+            *worker_heap._OPERATOR_MALLOC_VARS)
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env.update(env_extra)
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-    out = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                          text=True, timeout=120, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def probe(reuse: str | None) -> dict:
+    return in_fresh_interpreter(_PROBE, {} if reuse is None else {"SPARK_REUSE_WORKER": reuse})
 
 
 def test_a_reused_worker_freezes_its_heap_once_at_the_first_unpickled_reader():
@@ -104,21 +113,12 @@ _CHURN = textwrap.dedent("""
 
 
 def churn(env_extra: dict) -> list[int]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHON_WORKER_FACTORY_SECRET", "MALLOC_MMAP_THRESHOLD_",
-                        "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")}
-    env.update(env_extra)
-    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-    out = subprocess.run([sys.executable, "-c", _CHURN], env=env, capture_output=True,
-                         text=True, timeout=120, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])["faults"]
+    return in_fresh_interpreter(_CHURN, env_extra)["faults"]
 
 
 PAGES_OF_VALUES = 20_000_000 // 4096    # the 200,000 100-byte values of one decode
 
-glibc = pytest.mark.skipif(not sys.platform.startswith("linux")
-                           or __import__("platform").libc_ver()[0] != "glibc",
-                           reason="mallopt is glibc's")
+glibc = pytest.mark.skipif(not worker_heap.on_glibc(), reason="mallopt is glibc's")
 
 
 @glibc
@@ -140,7 +140,6 @@ def test_other_processes_keep_the_allocators_own_behaviour(env):
 
 
 def test_pinning_needs_a_spark_worker_and_no_operator_setting():
-    from kafka_source import worker_heap
     assert not worker_heap.pin_malloc_thresholds({})
     operator = {"PYTHON_WORKER_FACTORY_SECRET": "s",
                 "GLIBC_TUNABLES": "glibc.malloc.trim_threshold=1"}
