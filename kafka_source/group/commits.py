@@ -310,7 +310,8 @@ class GroupCommits:
 
         ``retry_ms``: a commit that failed for a retriable reason is made again synchronously,
         for at most that long (before a rejoin, on leaving); its failure is logged, not raised.
-        Without it the failure is only logged (the caller commits again later)."""
+        0: not made again, and its failure is final (leaving a cluster that could not be
+        reached). Without it the failure is only logged (the caller commits again later)."""
         pending, self._pending_commit = self._pending_commit, None
         if pending is None:
             return
@@ -348,8 +349,8 @@ class GroupCommits:
                 error = (str(future.exception) if future.failed() else
                          f"no answer within {self.request_timeout_ms} ms "
                          "('kafka.request.timeout.ms')")
-        if retry_ms is None:
-            self._commit_failed(pending.offsets, error)
+        if not retry_ms:
+            self._commit_failed(pending.offsets, error, final=retry_ms is not None)
             return False
         # Before a rejoin or leaving: once more, synchronously, within retry_ms.
         try:

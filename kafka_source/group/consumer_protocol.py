@@ -516,12 +516,13 @@ class ConsumerProtocolMember(GroupCommits):
 
     # --- leaving ------------------------------------------------------------------------------
 
-    def leave(self, reason: str = "the query stopped") -> None:
+    def leave(self, reason: str = "the query stopped", *, retry_commit: bool = True) -> None:
         """Settle the last commit, stop heartbeating and leave: epoch -1, or -2 for a static
         member (``kafka.group.instance.id``), which keeps its assignment for a restart with the
-        same instance id within the brokers' session timeout."""
+        same instance id within the brokers' session timeout. ``retry_commit``: as in
+        :meth:`kafka_source.group.member.GroupMember.leave`."""
         try:
-            self.settle_commits(retry_ms=self.options.api_timeout_ms)
+            self.settle_commits(retry_ms=self.options.api_timeout_ms if retry_commit else 0)
         except Exception as exc:
             log.warning("Group '%s': the last commit failed while leaving: %s", self.group_id, exc)
         self._stop_heartbeat()
@@ -546,8 +547,8 @@ class ConsumerProtocolMember(GroupCommits):
             log.warning("Group '%s': leaving failed (%s); the coordinator drops the member "
                         "after its session timeout", self.group_id, exc)
 
-    def close(self) -> None:
-        self.leave()
+    def close(self, *, retry_commit: bool = True) -> None:
+        self.leave(retry_commit=retry_commit)
 
 
 class _Heartbeats(threading.Thread):

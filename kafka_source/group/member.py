@@ -580,16 +580,19 @@ class GroupMember(GroupCommits):
 
     # --- leaving ------------------------------------------------------------------------------
 
-    def leave(self, reason: str = "the query stopped") -> None:
+    def leave(self, reason: str = "the query stopped", *, retry_commit: bool = True) -> None:
         """Leave the group now (so the others rebalance at once) and stop heartbeating; a
         commit still in flight is waited for first, and made again if it failed (bounded by
-        ``kafka.default.api.timeout.ms``, and best effort here).
+        ``kafka.default.api.timeout.ms``, and best effort here). ``retry_commit=False``: the
+        cluster could not be reached just now, and the query fails for it; the commit is then
+        not made again, so that retries against a cluster that is gone (for up to a minute, by
+        default) do not hold back the query's error.
 
         A static member (``kafka.group.instance.id``) only stops heartbeating, as Java's
         consumer does on close: it keeps its partitions until ``kafka.session.timeout.ms``
         passes, so that a restart within that time gets them back without a rebalance."""
         try:
-            self.settle_commits(retry_ms=self.options.api_timeout_ms)
+            self.settle_commits(retry_ms=self.options.api_timeout_ms if retry_commit else 0)
         except Exception as exc:
             log.warning("Group '%s': the last commit failed while leaving: %s", self.group_id, exc)
         self._stop_heartbeat()
@@ -625,9 +628,9 @@ class GroupMember(GroupCommits):
             log.warning("Group '%s': LeaveGroup failed (%s); the coordinator will drop the "
                         "member after kafka.session.timeout.ms", self.group_id, exc)
 
-    def close(self) -> None:
-        """Leave the group; the planning connection belongs to the caller."""
-        self.leave()
+    def close(self, *, retry_commit: bool = True) -> None:
+        """Leave the group (:meth:`leave`); the planning connection belongs to the caller."""
+        self.leave(retry_commit=retry_commit)
         conn, self._rejoin_conn = self._rejoin_conn, None
         if conn is not None:
             conn.close()

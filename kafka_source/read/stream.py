@@ -65,10 +65,20 @@ LeaveGroup itself is bounded (:meth:`kafka_source.group.member.GroupMember.leave
 member (``kafka.group.instance.id``) sends no LeaveGroup, as Java's consumer: the group keeps its
 partitions for it until ``kafka.session.timeout.ms``, and the query restarted within that time
 gets them back with no rebalance, restarting from its checkpoint as always.
+
+Leaving when the query fails because Kafka could not be reached (a planning call gave up:
+:class:`~kafka_source.errors.BrokerUnavailableError`): PySpark's runner calls ``stop()`` before it
+hands the error to Spark, so whatever ``stop()`` waits for holds the query's failure back. The
+commit sent at the start of that trigger is then waited for (bounded by
+``kafka.request.timeout.ms``) but not made again: retried for ``kafka.default.api.timeout.ms`` (a
+minute by default) against a cluster that is gone, it kept the query looking alive for that
+minute after the error that names the bounds the user set. A commit left out is made by the next
+member or the restarted query; the checkpoint holds the query's own position.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import threading
@@ -82,7 +92,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
 
 from .admission import hold_back, rate_limit
 from ..wire.net.client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient, TopicPartition
-from ..errors import KafkaSourceError, OptionError
+from ..errors import BrokerUnavailableError, KafkaSourceError, OptionError
 from .offsets import (OffsetRange, OffsetResolver, check_start_for_data_loss, on_data_loss,
                       partitions_in_metadata, planning_retries, subscription_topics)
 from ..config.options import StreamOptions
@@ -109,6 +119,21 @@ def decode_offsets(value: Mapping | None) -> Offsets:
         for partition, offset in parts.items():
             result[(topic, int(partition))] = int(offset)
     return result
+
+
+def _planning_call(method):
+    """A planning method of :class:`KafkaStreamReader`: whether it gave up on reaching Kafka is
+    remembered for ``stop()`` (module docstring, "Leaving when the query fails ...")."""
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        try:
+            result = method(self, *args, **kwargs)
+        except BrokerUnavailableError:
+            self._unreachable = True
+            raise
+        self._unreachable = False
+        return result
+    return call
 
 
 class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
@@ -142,6 +167,7 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         self._listed: dict[TopicPartition, tuple[int, int]] = {}
         self._target_listed: dict[TopicPartition, tuple[int, int]] = {}
         self._truncation = TruncationCheck()
+        self._unreachable = False    # the last planning call gave up on reaching Kafka
 
     # --- connections --------------------------------------------------------------------------
 
@@ -177,6 +203,7 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
 
     # --- Spark's planning calls ---------------------------------------------------------------
 
+    @_planning_call
     def initialOffset(self) -> dict:
         partitions = self._current_partitions(strict=True)
         owned = self._assignment(partitions)
@@ -204,6 +231,7 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
             return ReadMinRows(self.options.min_offsets_per_trigger)
         return ReadAllAvailable()
 
+    @_planning_call
     def prepareForTriggerAvailableNow(self) -> None:
         partitions = self._current_partitions(strict=True)
         self._target = self._list(partitions, LATEST_TIMESTAMP)
@@ -213,6 +241,7 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         self._target_listed = {tp: self._listed[tp] for tp in self._target if tp in self._listed}
         log.info("Trigger.AvailableNow: reading up to %s", encode_offsets(self._target))
 
+    @_planning_call
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         start_pos = decode_offsets(start)
         if not self._planned:
@@ -316,6 +345,7 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
 
         return read_input_partition(partition)
 
+    @_planning_call
     def commit(self, end: dict) -> None:
         # Spark says batches up to ``end`` are done; latestOffset normally committed them already.
         self._commit_completed(decode_offsets(end))
@@ -324,7 +354,7 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         # Nothing is committed here: the last planned batch may not have completed.
         try:
             if self._member is not None:
-                self._member.close()
+                self._member.close(retry_commit=not self._unreachable)
         finally:
             if self._client is not None:
                 self._client.close()

@@ -174,6 +174,20 @@ def test_dynamic_member_leaves_with_minus_one(fake, members):
     assert m.member_id not in fake.members and not m.stable and m.assignment == ()
 
 
+def test_leaving_a_cluster_that_is_gone_does_not_make_the_failed_commit_again(fake, members):
+    m = member(fake)                                  # kafka.default.api.timeout.ms: 2 s
+    members.append(m)
+    m.ensure_active(["t0"])
+    fake.script(OFFSET_COMMIT, *[Errors.CoordinatorNotAvailableError.errno] * 50)
+    done = []
+    m.commit_async({("t0", 1): 6}, done.append)
+    started = time.monotonic()
+    m.leave(retry_commit=False)
+    assert time.monotonic() - started < 1.0
+    assert done == [False] and len(fake.sent(OFFSET_COMMIT)) == 1
+    assert fake.sent(HEARTBEAT)[-1].member_epoch == -1 and m.member_id not in fake.members
+
+
 def test_revocation_waits_for_the_commit_and_is_acknowledged(fake, members):
     """Another member joins: this one gets the revocation by heartbeat, keeps the partitions
     until the planning thread's next ensure_active (after the commit of what it processed),

@@ -944,17 +944,26 @@ def test_commit_that_cannot_be_made_before_a_rejoin_is_logged_and_the_member_rej
     assert "within 300 ms" in caplog.text and "t0-1@7" in caplog.text
 
 
-def test_leaving_with_a_commit_that_cannot_be_made(fake, make_member, caplog):
+@pytest.mark.parametrize("retry_commit", [True, False], ids=["retried", "cluster-gone"])
+def test_leaving_with_a_commit_that_cannot_be_made(fake, make_member, caplog, retry_commit):
+    # retry_commit=False: the query fails because the cluster could not be reached; the failed
+    # commit is not made again, so that retries do not hold the query's error back.
     member = make_member(fake, "C0", heartbeat_interval_ms=60_000, request_timeout_ms=500,
-                         api_timeout_ms=200)
+                         api_timeout_ms=200 if retry_commit else 5_000)
     member.ensure_active(["t0"])
     fake.commit_error = COORDINATOR_NOT_AVAILABLE
     outcomes = []
     member.commit_async({("t0", 1): 7}, outcomes.append)
-    member.leave()
+    started = time.monotonic()
+    member.leave(retry_commit=retry_commit)
     assert outcomes == [False]
     assert [r.kind for r in fake.records()][-1] == LEAVE and fake.members(GROUP) == []
-    assert "t0-1@7" in caplog.text and "within 200 ms" in caplog.text
+    assert "t0-1@7" in caplog.text
+    if retry_commit:
+        assert "within 200 ms" in caplog.text and len(fake.sent(OFFSET_COMMIT)) > 1
+    else:           # not kafka.default.api.timeout.ms (5 s)
+        assert time.monotonic() - started < 2.0 and len(fake.sent(OFFSET_COMMIT)) == 1
+        assert "read again from their last committed offset" in caplog.text
 
 
 def test_commits_apply_in_order_and_one_waits_for_the_one_before(fake, make_member):

@@ -26,8 +26,8 @@ from kafka_source.group.member import GroupMember
 from kafka_source.read.stream import KafkaStreamReader, decode_offsets, encode_offsets
 
 from .fake_cluster import FakeCluster, FakeLog, unreachable
-from .fake_coordinator import (JOIN, LEAVE, NONE, OFFSET_COMMIT, STABLE, FakeCoordinator,
-                               RawMember)
+from .fake_coordinator import (COORDINATOR_NOT_AVAILABLE, JOIN, LEAVE, NONE, OFFSET_COMMIT,
+                               STABLE, FakeCoordinator, RawMember)
 
 LEADER_NOT_AVAILABLE = 5
 
@@ -130,8 +130,9 @@ class FakeMember:
         self.assignment = ()
         self.stable = False
 
-    def close(self):
+    def close(self, *, retry_commit=True):
         self.closed = True
+        self.closed_retrying_commit = retry_commit
         self.leave("closed")
 
 
@@ -1588,3 +1589,36 @@ def test_stop_closes_member_and_client_without_committing():
     spark.trigger()
     reader.stop()
     assert member.closed and cluster.closed and member.commits == []
+    assert member.closed_retrying_commit       # nothing failed: a failed commit is retried
+
+
+@pytest.mark.parametrize("gone", [True, False], ids=["kafka-gone", "kafka-back"])
+def test_a_query_failing_because_kafka_is_gone_leaves_without_retrying_its_commit(
+        coordinator, member_reader, gone):
+    # Found in CI (Kafka 2.2 behind the fault proxy, the broker gone for good): the trigger that
+    # gave up on the broker had just sent the commit of the last batch. PySpark's runner calls
+    # stop() before it hands the error to Spark, and leaving made the failed commit again for
+    # kafka.default.api.timeout.ms: the query looked alive for that long after it had failed.
+    cluster = Cluster({tp: 100 for tp in T4})
+    reader = member_reader(cluster, startingOffsets="earliest",
+                           **{"fetchOffset.retryIntervalMs": "0", "fetchOffset.numRetries": "1",
+                              "kafka.request.timeout.ms": "0",
+                              "kafka.default.api.timeout.ms": "1500"})
+    spark = Spark(reader)
+    assert spark.trigger() == [("t", p, 0, 100) for p in range(4)]
+    coordinator.commit_error = COORDINATOR_NOT_AVAILABLE     # the coordinator is gone too
+    cluster.metadata_failures = [unreachable()] * 3
+    with pytest.raises(BrokerUnavailableError):
+        spark.trigger()                  # sends the commit of 100, then gives up on metadata
+    if not gone:
+        reader.latestOffset(spark.start, ReadAllAvailable())   # the next call reached Kafka
+    sent = len(commits_of(coordinator, "query"))
+    started = time.monotonic()
+    reader.stop()
+    took = time.monotonic() - started
+    made_again = len(commits_of(coordinator, "query")) - sent
+    assert coordinator.records()[-1].kind == LEAVE               # left in either case
+    if gone:
+        assert made_again == 0 and took < 1.0, (made_again, took)
+    else:                                # retried until kafka.default.api.timeout.ms, as before
+        assert made_again > 0 and took >= 1.4, (made_again, took)
