@@ -321,6 +321,16 @@ class GroupCommits:
         finally:                              # also when it raises: the commit did not happen
             pending.on_done(accepted)
 
+    def _settle_before_leaving(self, retry_commit: bool) -> None:
+        """Settle the commit in flight before leaving the group: made again if it failed, within
+        ``kafka.default.api.timeout.ms``, unless ``retry_commit`` is False (the cluster could not
+        be reached: :meth:`kafka_source.group.member.GroupMember.leave`). Best effort: whatever
+        goes wrong is logged, and the member leaves anyway."""
+        try:
+            self.settle_commits(retry_ms=self.options.api_timeout_ms if retry_commit else 0)
+        except Exception as exc:
+            log.warning("Group '%s': the last commit failed while leaving: %s", self.group_id, exc)
+
     def _settle(self, pending: "_PendingCommit", retry_ms: int | None) -> bool:
         future, error = pending.future, pending.error
         if future is not None:

@@ -521,10 +521,7 @@ class ConsumerProtocolMember(GroupCommits):
         member (``kafka.group.instance.id``), which keeps its assignment for a restart with the
         same instance id within the brokers' session timeout. ``retry_commit``: as in
         :meth:`kafka_source.group.member.GroupMember.leave`."""
-        try:
-            self.settle_commits(retry_ms=self.options.api_timeout_ms if retry_commit else 0)
-        except Exception as exc:
-            log.warning("Group '%s': the last commit failed while leaving: %s", self.group_id, exc)
+        self._settle_before_leaving(retry_commit)
         self._stop_heartbeat()
         with self._lock:
             joined = self._joined

@@ -591,10 +591,7 @@ class GroupMember(GroupCommits):
         A static member (``kafka.group.instance.id``) only stops heartbeating, as Java's
         consumer does on close: it keeps its partitions until ``kafka.session.timeout.ms``
         passes, so that a restart within that time gets them back without a rebalance."""
-        try:
-            self.settle_commits(retry_ms=self.options.api_timeout_ms if retry_commit else 0)
-        except Exception as exc:
-            log.warning("Group '%s': the last commit failed while leaving: %s", self.group_id, exc)
+        self._settle_before_leaving(retry_commit)
         self._stop_heartbeat()
         with self._lock:
             rejoiner, self._rejoiner, self._joined = self._rejoiner, None, None
