@@ -53,3 +53,11 @@ class RetriableBrokerError(Exception):
     into a bounded :class:`BrokerUnavailableError` or :class:`TopicError` when time runs out.
     Raised by the request client and by the executors' fetch connections alike, so it lives
     here rather than in either of them."""
+
+
+class BrokerUnreachableError(RetriableBrokerError):
+    """No connection to a broker could be made or kept (refused, timed out, dropped), as against
+    a broker that answered with a retriable error. What a cluster that is gone looks like: a
+    group join that gives up on it says so with :class:`BrokerUnavailableError`, which tells the
+    stream reader not to retry its last commit against it on the way out."""
+

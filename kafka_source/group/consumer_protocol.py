@@ -58,7 +58,7 @@ import kafka.errors as Errors
 from kafka.protocol.metadata import MetadataRequest
 
 from .commits import COORDINATOR_MOVED, GroupCommits
-from .member import Generation, _describe
+from .member import Generation, _describe, join_gave_up
 from ..config.options import GroupOptions
 from ..errors import BrokerSecurityError, KafkaSourceError, OptionError
 from ..wire.net.client import BrokerClient, RetriableBrokerError, TopicPartition, error_for
@@ -259,7 +259,7 @@ class ConsumerProtocolMember(GroupCommits):
         budget_ms = self.options.rebalance_timeout_ms + self.request_timeout_ms
         deadline = time.monotonic() + budget_ms / 1000
         failures = 0
-        last_error = "none"
+        last_error: str | RetriableBrokerError = "none"
         while True:
             self._raise_fatal()
             try:
@@ -270,13 +270,13 @@ class ConsumerProtocolMember(GroupCommits):
                 last_error = error
             except RetriableBrokerError as exc:
                 self._node = None
-                last_error = str(exc)
+                last_error = exc
             failures += 1
             if time.monotonic() >= deadline:
-                raise KafkaSourceError(
+                raise join_gave_up(
                     f"Could not join consumer group '{self.group_id}' (consumer protocol) within "
                     f"{budget_ms / 1000:.0f} s (kafka.max.poll.interval.ms + "
-                    f"kafka.request.timeout.ms); last error: {last_error}.")
+                    f"kafka.request.timeout.ms)", last_error)
             self._backoff(failures)
 
     def _await_pattern_resolution(self) -> None:

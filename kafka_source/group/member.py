@@ -77,7 +77,8 @@ from .assignors import Assignment, PartitionAssignor, Subscription, validate_ass
 from .commits import COORDINATOR_MOVED, RETRY, GroupCommits
 from .rejoin import BackgroundRejoin, JoinLink
 from ..wire.net.client import BrokerClient, RetriableBrokerError, TopicPartition, error_for
-from ..errors import BrokerSecurityError, KafkaSourceError, OptionError
+from ..errors import (BrokerSecurityError, BrokerUnavailableError, BrokerUnreachableError,
+                      KafkaSourceError, OptionError)
 from ..config.options import GroupOptions
 
 log = logging.getLogger(__name__)
@@ -362,7 +363,7 @@ class GroupMember(GroupCommits):
                      + self.request_timeout_ms)
         deadline = time.monotonic() + budget_ms / 1000
         failures = 0
-        last_error = "none"
+        last_error: str | RetriableBrokerError = "none"
         while True:
             self._raise_fatal()
             if link.cancelled:
@@ -376,13 +377,13 @@ class GroupMember(GroupCommits):
                 last_error = self._last_join_error
             except RetriableBrokerError as exc:
                 link.lost_coordinator()
-                last_error = str(exc)
+                last_error = exc
             failures += 1
             if time.monotonic() >= deadline:
-                raise KafkaSourceError(
+                raise join_gave_up(
                     f"Could not join consumer group '{self.group_id}' within {budget_ms / 1000:.0f}"
                     f" s (kafka.max.poll.interval.ms + kafka.session.timeout.ms + "
-                    f"kafka.request.timeout.ms); last error: {last_error}.")
+                    f"kafka.request.timeout.ms)", last_error)
             self._backoff(failures)
 
     def _join_once(self, topics: frozenset[str], link: "JoinLink") -> bool:
@@ -736,6 +737,17 @@ class _HeartbeatThread(threading.Thread):
             member_id=generation.member_id, group_instance_id=m.instance_id),
             timeout_ms=m.request_timeout_ms)
         return error_for(response.error_code)
+
+
+def join_gave_up(message: str, last_error: "str | RetriableBrokerError") -> KafkaSourceError:
+    """The error of a join that ran out of time, ``message`` plus its last error. When that
+    attempt could not reach a broker at all (:class:`BrokerUnreachableError`) it is a
+    :class:`BrokerUnavailableError`: the stream reader then does not make its last commit again
+    against a coordinator that is gone while it leaves, which would hold the query's error back
+    by ``kafka.default.api.timeout.ms`` (:mod:`kafka_source.read.stream`)."""
+    kind = BrokerUnavailableError if isinstance(last_error, BrokerUnreachableError) \
+        else KafkaSourceError
+    return kind(f"{message}; last error: {last_error}.")
 
 
 def _describe(partitions) -> str:

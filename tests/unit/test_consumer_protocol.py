@@ -11,7 +11,8 @@ import kafka.errors as Errors
 import pytest
 
 from kafka_source.config.options import GroupOptions, parse_stream_options
-from kafka_source.errors import KafkaSourceError, OptionError
+from kafka_source.errors import (BrokerUnavailableError, BrokerUnreachableError, KafkaSourceError,
+                                 OptionError)
 from kafka_source.group.consumer_protocol import ConsumerProtocolMember
 from kafka_source.wire.net.client import RetriableBrokerError
 from kafka_source.wire.net.group_protocol import (ConsumerGroupDescribeRequest,
@@ -360,13 +361,16 @@ def test_retriable_join_errors_are_retried(fake, members):
     assert m.ensure_active(["t0"]) == (("t0", 0), ("t0", 1))
 
 
-def test_join_gives_up_within_its_budget(fake):
-    fake.script(HEARTBEAT, *([NOT_COORDINATOR] * 10_000))
+@pytest.mark.parametrize("unreachable", [False, True], ids=["not-coordinator", "unreachable"])
+def test_join_gives_up_within_its_budget(fake, unreachable):
+    error = BrokerUnreachableError("broker 1: no connection") if unreachable else NOT_COORDINATOR
+    fake.script(HEARTBEAT, *([error] * 10_000))
     m = member(fake, rebalance_timeout_ms=200)
     started = time.monotonic()
-    with pytest.raises(KafkaSourceError, match="Could not join"):
+    with pytest.raises(KafkaSourceError, match="Could not join") as info:
         m.ensure_active(["t0"])
     assert time.monotonic() - started < 5
+    assert isinstance(info.value, BrokerUnavailableError) is unreachable, info.value
 
 
 def test_async_commit_answered_stale_is_made_again_with_the_new_epoch(fake, members):

@@ -17,7 +17,8 @@ import pytest
 from kafka_source.group.assignors import (Assignment, PartitionAssignor, RangeAssignor,
                                     RoundRobinAssignor, Subscription)
 from kafka_source.wire.net.client import RetriableBrokerError
-from kafka_source.errors import BrokerSecurityError, KafkaSourceError, OptionError
+from kafka_source.errors import (BrokerSecurityError, BrokerUnavailableError,
+                                 BrokerUnreachableError, KafkaSourceError, OptionError)
 from kafka_source.group.member import GroupMember
 from kafka_source.config.options import GroupOptions
 
@@ -322,19 +323,31 @@ def test_unexpected_join_error_fails_with_its_name(fake, make_member):
         member.ensure_active(["t0"])
 
 
-@pytest.mark.parametrize("failure", ["coordinator unavailable", "loading forever"])
+@pytest.mark.parametrize("failure", ["coordinator unavailable", "loading forever",
+                                     "coordinator unreachable", "unreachable, then answering"])
 def test_join_that_cannot_succeed_gives_up_within_its_budget(fake, make_member, failure):
     member = make_member(fake, "C0", session_timeout_ms=60, rebalance_timeout_ms=60,
                          request_timeout_ms=60)   # budget: 180 ms
+    unreachable = [BrokerUnreachableError("broker 1: no connection after 3 ms (refused)")]
     if failure == "coordinator unavailable":
         fake.available = False
-    else:
+    elif failure == "loading forever":
         fake.script(JOIN, *[COORDINATOR_LOAD_IN_PROGRESS] * 10_000)
+    elif failure == "coordinator unreachable":
+        fake.script(JOIN, *unreachable * 10_000)
+    else:                        # only the last attempt's error says what the cluster is like
+        fake.script(JOIN, *unreachable * 3, *[COORDINATOR_LOAD_IN_PROGRESS] * 10_000)
     start = time.monotonic()
-    with pytest.raises(KafkaSourceError, match=f"Could not join consumer group '{GROUP}'"):
+    with pytest.raises(KafkaSourceError, match=f"Could not join consumer group '{GROUP}'") \
+            as info:
         member.ensure_active(["t0"])
     assert time.monotonic() - start < 2.0
     assert not member.stable
+    # Only a coordinator that cannot be reached makes it a BrokerUnavailableError, on which the
+    # stream reader leaves without retrying its commit (test_stream_planning.py).
+    gone = failure == "coordinator unreachable"
+    assert isinstance(info.value, BrokerUnavailableError) is gone, info.value
+    assert ("no connection" in str(info.value)) is gone
 
 
 def test_member_dropped_for_not_rejoining_in_time_rejoins_with_a_new_id(fake, make_member):

@@ -48,8 +48,8 @@ from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, Met
 
 from ...config.client_config import TLS_SETTINGS, connection_settings, uses_tls
 from ...config.secrets import reveal
-from ...errors import (BrokerSecurityError, BrokerUnavailableError, RetriableBrokerError,
-                       TopicError, TopicNotFoundError)
+from ...errors import (BrokerSecurityError, BrokerUnavailableError, BrokerUnreachableError,
+                       RetriableBrokerError, TopicError, TopicNotFoundError)
 from .handshake import ConnectionManager
 from .metadata_view import MetadataView, UnconfirmedAnswer, confirm_ms_for
 from .tls import ssl_context
@@ -262,7 +262,7 @@ class BrokerClient:
             fatal = self._connections.auth_failure(node_id)
             if fatal is not None:
                 raise BrokerSecurityError(str(fatal)) from None
-            raise RetriableBrokerError(f"broker {node_id}: {exc}") from exc
+            raise BrokerUnreachableError(f"broker {node_id}: {exc}") from exc
 
     def _not_connected(self, node_id, started: float) -> str:
         """Why ``node_id`` could not be used, truthfully timed. kafka-python says "not ready
