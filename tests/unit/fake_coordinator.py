@@ -145,6 +145,7 @@ class Group:
     members: dict = field(default_factory=dict)   # member id -> Member, in join order
     pending: dict = field(default_factory=dict)   # member id -> time (KIP-394)
     rebalance_deadline: float | None = None
+    initial_delay_until: float = 0.0                  # group.initial.rebalance.delay.ms
     offsets: dict = field(default_factory=dict)   # (topic, partition) -> offset
     epochs: dict = field(default_factory=dict)    # (topic, partition) -> committed leader epoch
     completed_rebalances: int = 0                 # generations that reached Stable
@@ -199,7 +200,7 @@ class FakeCoordinator:
                  api_versions: dict[str, int] | None = None,
                  member_id_factory: Callable[[str], str] | None = None,
                  clock: Callable[[], float] = time.monotonic, auto_expire: bool = False,
-                 validate_commit_topics: bool = True):
+                 validate_commit_topics: bool = True, initial_rebalance_delay_ms: int = 0):
         self.topics = dict(topics or {})
         self.node_id = node_id
         self.available = True
@@ -212,6 +213,9 @@ class FakeCoordinator:
         self.clock = clock
         self.auto_expire = auto_expire
         self.validate_commit_topics = validate_commit_topics
+        # group.initial.rebalance.delay.ms: the first join of an empty group completes no
+        # sooner (Kafka also extends it while more members join; the fake does not).
+        self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         # (topic, partition) -> error code OffsetFetch reports for it
         self.fetch_partition_errors: dict[tuple[str, int], int] = {}
         self.groups: dict[str, Group] = {}
@@ -606,6 +610,8 @@ class FakeCoordinator:
         return bool(common)
 
     def _prepare_rebalance(self, g: Group) -> None:
+        if g.state == EMPTY:
+            g.initial_delay_until = self.clock() + self.initial_rebalance_delay_ms / 1000
         if g.state == COMPLETING_REBALANCE:
             for m in g.members.values():
                 m.assignment = b""
@@ -623,6 +629,8 @@ class FakeCoordinator:
             return
         everyone = all(m.awaiting_join for m in g.members.values()) and not g.pending
         if not everyone and self.clock() < g.rebalance_deadline:
+            return
+        if self.clock() < g.initial_delay_until:
             return
         for member_id in [mid for mid, m in g.members.items() if not m.awaiting_join]:
             g.remove(member_id)

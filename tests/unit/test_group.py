@@ -19,6 +19,7 @@ from kafka_source.group.assignors import (Assignment, PartitionAssignor, RangeAs
 from kafka_source.wire.net.client import RetriableBrokerError
 from kafka_source.errors import (BrokerSecurityError, BrokerUnavailableError,
                                  BrokerUnreachableError, KafkaSourceError, OptionError)
+from kafka_source.group import member as member_module
 from kafka_source.group.member import GroupMember
 from kafka_source.config.options import GroupOptions
 
@@ -321,6 +322,33 @@ def test_unexpected_join_error_fails_with_its_name(fake, make_member):
     fake.script(JOIN, Errors.GroupMaxSizeReachedError)
     with pytest.raises(KafkaSourceError, match="GroupMaxSizeReachedError"):
         member.ensure_active(["t0"])
+
+
+@pytest.mark.parametrize("delay_ms", [0, 400], ids=["no-delay", "initial-delay"])
+def test_a_first_join_held_by_the_initial_delay_says_why_in_the_log(make_member, caplog,
+                                                                    monkeypatch, delay_ms):
+    # Brokers hold the first member of an empty group for group.initial.rebalance.delay.ms
+    # (3 s by default; 0 on the test brokers): a query's start then takes seconds, and its log
+    # says why and what avoids it.
+    monkeypatch.setattr(member_module, "_SLOW_FIRST_JOIN_S", 0.3)
+    fake = FakeCoordinator(TOPICS, member_id_factory=_counter(),
+                           initial_rebalance_delay_ms=delay_ms)
+    try:
+        first = make_member(fake, "C0")
+        with caplog.at_level(logging.INFO, logger=member_module.__name__):
+            started = time.monotonic()
+            first.ensure_active(["t0"])
+            took = time.monotonic() - started
+            explained = [r.getMessage() for r in caplog.records
+                         if "group.initial.rebalance.delay.ms" in r.getMessage()]
+    finally:
+        fake.shutdown()
+    if delay_ms:
+        assert took >= 0.4 and len(explained) == 1, (took, explained)
+        assert f"'{GROUP}'" in explained[0] and "kafka.group.protocol=consumer" in explained[0]
+        assert "kafka.group.instance.id" in explained[0]
+    else:
+        assert took < 0.3 and explained == [], (took, explained)
 
 
 @pytest.mark.parametrize("failure", ["coordinator unavailable", "loading forever",
