@@ -60,4 +60,3 @@ class BrokerUnreachableError(RetriableBrokerError):
     a broker that answered with a retriable error. What a cluster that is gone looks like: a
     group join that gives up on it says so with :class:`BrokerUnavailableError`, which tells the
     stream reader not to retry its last commit against it on the way out."""
-
