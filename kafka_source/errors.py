@@ -59,4 +59,9 @@ class BrokerUnreachableError(RetriableBrokerError):
     """No connection to a broker could be made or kept (refused, timed out, dropped), as against
     a broker that answered with a retriable error. What a cluster that is gone looks like: a
     group join that gives up on it says so with :class:`BrokerUnavailableError`, which tells the
-    stream reader not to retry its last commit against it on the way out."""
+    stream reader not to retry its last commit against it on the way out.
+
+    Raised by the request client (:meth:`kafka_source.wire.net.client.BrokerClient.send`), which
+    the driver's planning and group calls go through. The executors' fetch connections raise
+    plain :class:`RetriableBrokerError` for the same failures: nothing there depends on telling
+    the two apart."""
