@@ -7,9 +7,10 @@ setting of our own fetch loop, and rejects what cannot work in Python with a mes
 what to use instead. Unknown names are logged and ignored, as the Java consumer does.
 
 Security options keep their Java names and meanings: ``kafka.sasl.jaas.config`` (Plain and SCRAM
-login modules), ``kafka.ssl.truststore.*`` and ``kafka.ssl.keystore.*`` (PKCS12 and PEM stores,
-PEM inline), ``kafka.ssl.key.password``, plus kafka-python's PEM file names (``kafka.ssl.cafile``,
-``certfile``, ``keyfile``). Passwords and key material are wrapped in
+login modules; the OAuthBearer login module with the OAUTHBEARER options, read by
+:mod:`kafka_source.config.oauthbearer`), ``kafka.ssl.truststore.*`` and ``kafka.ssl.keystore.*``
+(PKCS12 and PEM stores, PEM inline), ``kafka.ssl.key.password``, plus kafka-python's PEM file
+names (``kafka.ssl.cafile``, ``certfile``, ``keyfile``). Passwords and key material are wrapped in
 :class:`~kafka_source.config.secrets.Secret` here, the moment they are read, so that no later
 ``repr`` can show them. The SASL settings are checked for consistency here (mechanism against
 login module, credentials present); the TLS settings name files, which are read and checked by
@@ -23,6 +24,7 @@ import re
 from typing import Mapping
 
 from ..errors import OptionError
+from . import oauthbearer
 from .secrets import Secret
 
 log = logging.getLogger(__name__)
@@ -83,9 +85,10 @@ SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 # SASL mechanisms whose credentials can be given as options (GSSAPI takes them from a Kerberos
 # ticket cache; kafka-python needs the 'gssapi' package for it).
 _PASSWORD_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-SASL_MECHANISMS = _PASSWORD_MECHANISMS + ("GSSAPI",)
+SASL_MECHANISMS = _PASSWORD_MECHANISMS + ("OAUTHBEARER", "GSSAPI")
 _LOGIN_MODULE_MECHANISMS = {"PlainLoginModule": ("PLAIN",),
-                            "ScramLoginModule": ("SCRAM-SHA-256", "SCRAM-SHA-512")}
+                            "ScramLoginModule": ("SCRAM-SHA-256", "SCRAM-SHA-512"),
+                            "OAuthBearerLoginModule": ("OAUTHBEARER",)}
 
 # Settings of our own fetch loop (executor side), by Java consumer name.
 _FETCH_SETTINGS = {
@@ -110,7 +113,6 @@ _IGNORED = _GROUP_SETTINGS | {
     "partition.assignment.strategy", "client.rack"}
 
 _JVM_ONLY = {
-    "sasl.login.callback.handler.class": "Java callback handlers can't run in Python",
     "sasl.client.callback.handler.class": "Java callback handlers can't run in Python",
 }
 
@@ -128,7 +130,8 @@ DEFAULT_FETCH_SETTINGS = {
     "retry_backoff_ms": 100,
 }
 
-_JAAS = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+# key="value" or key='value' (Kafka's JAAS parser takes both quotes)
+_JAAS = re.compile(r"""([\w.]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)')""")
 
 
 def _convert(name: str, raw: str, kind):
@@ -151,17 +154,22 @@ def _convert(name: str, raw: str, kind):
 
 
 def _parse_jaas(text: str) -> dict[str, object]:
-    """Username, password and login module of a Java JAAS line (Plain or SCRAM login module).
+    """Username, password and login module of a Java JAAS line (Plain or SCRAM login module),
+    or the fields of an OAuthBearerLoginModule line (``sasl_oauth_jaas``, turned into the
+    OAUTHBEARER login by :func:`_check_sasl`).
 
     Never puts any part of ``text`` into an error message: it holds a password.
     """
     modules = [m for m in _LOGIN_MODULE_MECHANISMS if m in text]
     if len(modules) != 1:
         raise OptionError("Option 'kafka.sasl.jaas.config' is only understood for "
-                          "PlainLoginModule and ScramLoginModule (username/password); for other "
-                          "mechanisms set 'kafka.sasl.mechanism' and the matching kafka.sasl.* "
-                          "options.")
-    fields = {k: v.replace('\\"', '"') for k, v in _JAAS.findall(text)}
+                          "PlainLoginModule and ScramLoginModule (username/password) and "
+                          "OAuthBearerLoginModule; for GSSAPI set 'kafka.sasl.mechanism' and "
+                          "'kafka.sasl.kerberos.service.name'.")
+    fields = {k: (dq if dq or not sq else sq).replace('\\"', '"').replace("\\'", "'")
+              for k, dq, sq in _JAAS.findall(text)}
+    if modules[0] == "OAuthBearerLoginModule":
+        return {"sasl_oauth_jaas": fields, "sasl_login_module": modules[0]}
     if "username" not in fields or "password" not in fields:
         raise OptionError("Option 'kafka.sasl.jaas.config' must contain username=\"...\" and "
                           "password=\"...\".")
@@ -170,11 +178,17 @@ def _parse_jaas(text: str) -> dict[str, object]:
             "sasl_login_module": modules[0]}
 
 
-def _check_sasl(config: dict[str, object]) -> None:
-    """The SASL settings fit together: a mechanism we can speak, credentials it can use."""
+def _check_sasl(config: dict[str, object], oauth_options: Mapping[str, object]) -> None:
+    """The SASL settings fit together: a mechanism we can speak, credentials it can use.
+    ``oauth_options``: the OAUTHBEARER login options given (Java names, no ``kafka.``)."""
     protocol = config["security_protocol"]
     mechanism = config.get("sasl_mechanism")
     module = config.pop("sasl_login_module", None)
+    oauth_jaas = config.pop("sasl_oauth_jaas", None)
+    if oauth_options and str(mechanism or "").upper() != "OAUTHBEARER":
+        oauthbearer.check_handler(oauth_options.get("sasl.login.callback.handler.class"))
+        log.warning("%s: only for 'kafka.sasl.mechanism' OAUTHBEARER, ignored.",
+                    ", ".join(f"'kafka.{n}'" for n in sorted(oauth_options)))
     if not protocol.startswith("SASL_"):
         given = [n for n, v in (("kafka.sasl.mechanism", mechanism),
                                 ("kafka.sasl.jaas.config", module)) if v]
@@ -206,6 +220,32 @@ def _check_sasl(config: dict[str, object]) -> None:
                           + ("plain.PlainLoginModule" if mechanism == "PLAIN"
                              else "scram.ScramLoginModule")
                           + ' required username="..." password="...";')
+    if mechanism == "OAUTHBEARER":
+        config["sasl_oauthbearer"] = oauthbearer.oauthbearer_login(
+            oauth_jaas, oauth_options, tls=_jaas_tls(oauth_jaas or {}))
+
+
+def _jaas_tls(fields: Mapping[str, str]) -> tuple[tuple[str, object], ...]:
+    """The TLS settings for the OAuth token endpoint: ``ssl.*`` options inside the JAAS line,
+    as Java's OAuthBearerLoginCallbackHandler takes them (a private CA's trust store, ...)."""
+    out: list[tuple[str, object]] = []
+    for key, text in fields.items():
+        if not key.startswith("ssl."):
+            continue
+        name = key
+        if name == "ssl.endpoint.identification.algorithm":
+            out.append(("ssl_check_hostname", text.strip().lower() == "https"))
+            continue
+        if name not in _TLS_SETTINGS:
+            raise OptionError(f"Option 'kafka.sasl.jaas.config' has {key}, which is not a TLS "
+                              "setting pykafka knows for the token endpoint: use "
+                              "ssl.truststore.location, ssl.truststore.type, "
+                              "ssl.truststore.password, ssl.truststore.certificates or "
+                              "ssl.endpoint.identification.algorithm (and ssl.keystore.* for "
+                              "a client certificate).")
+        target, kind = _TLS_SETTINGS[name]
+        out.append((target, _convert(name, text, kind)))
+    return tuple(sorted(out, key=lambda item: item[0]))
 
 
 def client_config_from_options(opts: Mapping[str, str]) -> dict[str, object]:
@@ -221,6 +261,7 @@ def client_config_from_options(opts: Mapping[str, str]) -> dict[str, object]:
                               "not host:port.")
     config: dict[str, object] = dict(DEFAULT_FETCH_SETTINGS)
     config["client_id"] = "pykafka"
+    oauth_options: dict[str, object] = {}
     for key, raw in opts.items():
         if not key.startswith("kafka."):
             continue
@@ -237,7 +278,9 @@ def client_config_from_options(opts: Mapping[str, str]) -> dict[str, object]:
         elif name in _FETCH_SETTINGS:
             target, kind = _FETCH_SETTINGS[name]
             config[target] = _convert(name, raw, kind)
-        elif name in _IGNORED:
+        elif name in oauthbearer.OPTIONS:
+            oauth_options[name] = raw
+        elif name in _IGNORED or name in oauthbearer.IGNORED:
             continue
         else:
             log.warning("Kafka option 'kafka.%s' is not known to pykafka and is ignored.", name)
@@ -251,7 +294,7 @@ def client_config_from_options(opts: Mapping[str, str]) -> dict[str, object]:
         raise OptionError("Option 'kafka.security.protocol' must be one of PLAINTEXT, SSL, "
                           f"SASL_PLAINTEXT, SASL_SSL; got '{config['security_protocol']}'.")
     config["security_protocol"] = protocol
-    _check_sasl(config)
+    _check_sasl(config, oauth_options)
     tls_given = sorted(k for k in config if k in TLS_SETTINGS and k != "ssl_check_hostname")
     if tls_given and not uses_tls(config):
         log.warning("TLS options are set but 'kafka.security.protocol' is %s, so they are not "
@@ -305,7 +348,8 @@ def receive_message_max_bytes(config: Mapping[str, object]) -> int:
 def connection_settings(config: Mapping[str, object]) -> dict[str, object]:
     """The subset of ``config`` that configures connections: kafka-python's network client
     settings and the TLS settings (:mod:`kafka_source.wire.net.tls`). Secrets stay wrapped."""
-    names = {target for target, _ in _CONNECTION_SETTINGS.values()} | TLS_SETTINGS
+    names = ({target for target, _ in _CONNECTION_SETTINGS.values()} | TLS_SETTINGS
+             | {"sasl_oauthbearer"})
     settings = {k: v for k, v in config.items() if k in names}
     settings["receive_message_max_bytes"] = receive_message_max_bytes(config)
     return settings

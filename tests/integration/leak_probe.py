@@ -3,7 +3,7 @@
 Run as ``python leak_probe.py SPEC.json`` with DEBUG logging already configured in every Python
 process (the test puts a ``sitecustomize`` on PYTHONPATH). It starts its own SparkSession with
 Spark's log at INFO and the event log on, reads and streams with secrets in the options, makes
-reads fail on a wrong password, and prints each channel under a ``=== name`` heading on stdout:
+reads fail on a wrong password or OAuth client secret, and prints each channel under a ``=== name`` heading on stdout:
 ``explain``, ``progress``, ``offsets``, ``exceptions``. Logs go to stderr; the checkpoint and
 the event log to the directories the spec names. The test then looks for the secrets.
 """
@@ -53,7 +53,7 @@ def main(spec_path: str) -> None:
     explained, exceptions = [], []
 
     # batch reads: SASL_SSL with PLAIN and PKCS12 stores; mutual TLS with an inline PEM key
-    for name in ("sasl_ssl", "mtls_inline"):
+    for name in ("sasl_ssl", "mtls_inline", "oauth"):
         df = load(spark, {**spec[name], "subscribe": topic})
         for mode in ("simple", "extended", "codegen", "cost", "formatted"):
             explained.append(explain(df, mode))
@@ -71,8 +71,11 @@ def main(spec_path: str) -> None:
     progress = [json.loads(p.json) for p in query.recentProgress]
     status = query.status
 
-    # reads that fail: a wrong SASL password (batch and stream), a wrong store password
+    # reads that fail: a wrong SASL password (batch and stream), a wrong store password, a
+    # client secret the OAuth token endpoint refuses
     for action in (lambda: load(spark, {**spec["wrong_password"], "subscribe": topic}).collect(),
+                   lambda: load(spark, {**spec["oauth_wrong_secret"], "subscribe": topic}
+                                ).collect(),
                    lambda: load(spark, {**spec["wrong_store_password"], "subscribe": topic}),
                    lambda: load(spark, {**spec["wrong_password"], "subscribe": topic},
                                 stream=True).writeStream.format("noop")

@@ -4,7 +4,12 @@ One broker for the whole module (started from ``KAFKA_HOME``, or in ZooKeeper mo
 ``KAFKA_ZK_HOME`` on the Kafka 2.2 pass: see ``start_local_broker``) has a listener for each case:
 SASL_PLAINTEXT and SASL_SSL (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), SSL, SSL requiring a client
 certificate (mutual TLS), SSL with a certificate for another host name, SSL with a self-signed
-certificate, and SASL_PLAINTEXT with only PLAIN enabled. The CA, the certificates and the stores
+certificate, and SASL_PLAINTEXT with only PLAIN enabled. SASL_PLAINTEXT and SASL_SSL take
+OAUTHBEARER too, with the brokers' default validator of unsigned tokens: tokens come from a local
+OAuth token endpoint (``kafka_source.testing.oauth``, the client-credentials grant) or are made
+by the client (unsecured login); the brokers end OAUTHBEARER sessions when their token expires
+(``connections.max.reauth.ms``, KIP-368), so a token's expiry is felt as in production.
+The CA, the certificates and the stores
 (PEM, PKCS12 written by cryptography and by Java's keytool, JKS) are made here. The broker's own
 stores are PKCS12, which every supported Kafka reads (PEM stores came with Kafka 2.7, KIP-651).
 
@@ -44,6 +49,7 @@ from kafka_source.testing import (create_topic, local_distribution, start_local_
                                    unique_topic_name)
 from kafka_source.testing.certs import (CertificateAuthority, java_keystore, java_truststore,
                                         keytool_available)
+from kafka_source.testing.oauth import TokenEndpoint
 
 from .test_stream import committed, produce_counts, run_available_now, sink_rows
 
@@ -56,6 +62,9 @@ ONLY_256, ONLY_256_PASSWORD = "bob", "LeakCanary-bob-2e9d"   # SCRAM-SHA-256 cre
 STORE_PASSWORD = "LeakCanary-store-51b0"
 BROKER_STORE_PASSWORD = "broker-store-secret"                # the broker's own stores
 KEY_PASSWORD = "LeakCanary-key-88a4"
+CLIENT_ID, CLIENT_SECRET = "spark-etl", "LeakCanary-oauth-client-4b7e"   # the token endpoint's
+OAUTH_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required"
+OIDC_HANDLER = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
 # Far longer than any of these tests may take: a failure must not wait it out.
 LONG_TIMEOUT_MS = 300_000
 
@@ -73,6 +82,8 @@ def _skip_reason() -> str | None:
 
 
 def jaas(mechanism: str, user: str = USER, password: str = USER_PASSWORD) -> str:
+    if mechanism == "OAUTHBEARER":  # client credentials for the token endpoint
+        return f'{OAUTH_MODULE} clientId="{user}" clientSecret="{password}" scope="kafka";'
     module = ("plain.PlainLoginModule" if mechanism == "PLAIN" else "scram.ScramLoginModule")
     return (f"org.apache.kafka.common.security.{module} required username=\"{user}\" "
             f"password=\"{password}\";")
@@ -113,7 +124,7 @@ def secured(tmp_path_factory):
     listeners = {"SASL_PLAINTEXT": "SASL_PLAINTEXT", "SASL_SSL": "SASL_SSL", "SSL": "SSL",
                  "MTLS": "SSL", "BADNAME": "SSL", "SELFSIGNED": "SSL",
                  "PLAINONLY": "SASL_PLAINTEXT"}
-    props = {"sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+    props = {"sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
              "ssl.keystore.type": "PKCS12", "ssl.keystore.location": broker_stores["broker"],
              "ssl.keystore.password": BROKER_STORE_PASSWORD,
              "ssl.key.password": BROKER_STORE_PASSWORD,
@@ -131,16 +142,23 @@ def secured(tmp_path_factory):
         props[f"listener.name.{listener}.plain.sasl.jaas.config"] = plain
         for mechanism in ("scram-sha-256", "scram-sha-512"):
             props[f"listener.name.{listener}.{mechanism}.sasl.jaas.config"] = scram
+    for listener in ("sasl_plaintext", "sasl_ssl"):
+        # no sasl.server.callback.handler.class: the default validator, of unsigned tokens
+        props[f"listener.name.{listener}.oauthbearer.sasl.jaas.config"] = f"{OAUTH_MODULE};"
+        # end a session when its token expires (Kafka's default, 0, never does)
+        props[f"listener.name.{listener}.oauthbearer.connections.max.reauth.ms"] = "3600000"
     scram_users = [("SCRAM-SHA-256", USER, USER_PASSWORD), ("SCRAM-SHA-512", USER, USER_PASSWORD),
                    ("SCRAM-SHA-256", ONLY_256, ONLY_256_PASSWORD)]
+    idp = TokenEndpoint({CLIENT_ID: CLIENT_SECRET})
     broker = start_local_broker(listeners=listeners, properties=props, scram_users=scram_users)
     try:
         topic = unique_topic_name("secured")
         create_topic(broker.bootstrap_servers, topic, partitions=2)
         produce_counts(broker.bootstrap_servers, topic, PER_PARTITION)
-        yield {"broker": broker, "topic": topic, "dir": d, "ca": ca, **files}
+        yield {"broker": broker, "topic": topic, "dir": d, "ca": ca, "idp": idp, **files}
     finally:
         broker.stop()
+        idp.close()
 
 
 def security_options(s, setup: str) -> dict[str, str]:
@@ -156,8 +174,15 @@ def security_options(s, setup: str) -> dict[str, str]:
     p12_trust = {"kafka.ssl.truststore.location": s["truststore.p12"],
                  "kafka.ssl.truststore.type": "PKCS12",
                  "kafka.ssl.truststore.password": STORE_PASSWORD}
+    oidc = {"kafka.sasl.login.callback.handler.class": OIDC_HANDLER,
+            "kafka.sasl.oauthbearer.token.endpoint.url": s["idp"].url}
     return {
         "sasl-plain": lambda: sasl("SASL_PLAINTEXT", "PLAIN"),
+        "sasl-oauthbearer-unsecured": lambda: sasl("SASL_PLAINTEXT", "OAUTHBEARER", **{
+            "kafka.sasl.jaas.config": f'{OAUTH_MODULE} unsecuredLoginStringClaim_sub="{USER}";'}),
+        "sasl-ssl-oauthbearer-client-credentials": lambda: {
+            **sasl("SASL_SSL", "OAUTHBEARER", "SASL_SSL", **p12_trust, **oidc),
+            "kafka.sasl.jaas.config": jaas("OAUTHBEARER", CLIENT_ID, CLIENT_SECRET)},
         "sasl-scram-sha-256": lambda: sasl("SASL_PLAINTEXT", "SCRAM-SHA-256"),
         "sasl-scram-sha-512": lambda: sasl("SASL_PLAINTEXT", "SCRAM-SHA-512"),
         "sasl-ssl-scram-sha-512": lambda: sasl("SASL_SSL", "SCRAM-SHA-512", "SASL_SSL",
@@ -183,6 +208,7 @@ def security_options(s, setup: str) -> dict[str, str]:
 
 
 SETUPS = ["sasl-plain", "sasl-scram-sha-256", "sasl-scram-sha-512", "sasl-ssl-scram-sha-512",
+          "sasl-oauthbearer-unsecured", "sasl-ssl-oauthbearer-client-credentials",
           "tls-pem-cafile", "tls-pkcs12-truststore", "tls-pem-truststore",
           "mtls-pkcs12-keystore", "mtls-pem-keystore", "mtls-inline-pem"]
 
@@ -255,6 +281,24 @@ FAILURES = {
                      "kafka.sasl.mechanism": "SCRAM-SHA-256",
                      "kafka.sasl.jaas.config": jaas("SCRAM-SHA-256", password="LeakCanary-wrong")},
         ["rejected SCRAM-SHA-256 authentication", "invalid credentials"]),
+    "OAUTHBEARER client the token endpoint refuses": (
+        "SASL_PLAINTEXT", {"kafka.security.protocol": "SASL_PLAINTEXT",
+                           "kafka.sasl.mechanism": "OAUTHBEARER",
+                           "kafka.sasl.login.callback.handler.class": OIDC_HANDLER,
+                           "kafka.sasl.oauthbearer.token.endpoint.url": "{idp}",
+                           "kafka.sasl.jaas.config": jaas("OAUTHBEARER", CLIENT_ID,
+                                                          "LeakCanary-wrong")},
+        ["refused the token request (HTTP 401: invalid_client", f"clientId '{CLIENT_ID}'",
+         "clientSecret", "'kafka.sasl.jaas.config'"]),
+    "OAUTHBEARER token the broker rejects": (
+        # the brokers' validator takes the principal from "sub"; this token has none
+        "SASL_PLAINTEXT", {"kafka.security.protocol": "SASL_PLAINTEXT",
+                           "kafka.sasl.mechanism": "OAUTHBEARER",
+                           "kafka.sasl.jaas.config": (
+                               f'{OAUTH_MODULE} unsecuredLoginPrincipalClaimName="user" '
+                               'unsecuredLoginStringClaim_user="bob";')},
+        ["rejected the OAUTHBEARER token from unsecured tokens for 'bob'",
+         "'kafka.sasl.oauthbearer.token.endpoint.url'"]),
     "SASL client on a plaintext listener": (
         "PLAINTEXT", {"kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "PLAIN",
                       "kafka.sasl.jaas.config": jaas("PLAIN")},
@@ -268,7 +312,8 @@ def failing_options(s, name: str) -> tuple[dict[str, str], list[str]]:
     listener, extra, fragments = FAILURES[name]
     options = {"kafka.bootstrap.servers": s["broker"].address(listener),
                "subscribe": s["topic"], "kafka.request.timeout.ms": str(LONG_TIMEOUT_MS)}
-    options.update({k: v.replace("{ca_pem}", s["ca.pem"]) for k, v in extra.items()})
+    options.update({k: v.replace("{ca_pem}", s["ca.pem"]).replace("{idp}", s["idp"].url)
+                    for k, v in extra.items()})
     return options, fragments
 
 
@@ -302,7 +347,8 @@ def test_stream_fails_at_once_with_the_cause(spark, secured, name, tmp_path):
     assert_fails_at_once(run, fragments)
 
 
-@pytest.mark.parametrize("name", ["wrong PLAIN password", "host name mismatch"])
+@pytest.mark.parametrize("name", ["wrong PLAIN password", "host name mismatch",
+                                  "OAUTHBEARER client the token endpoint refuses"])
 def test_executor_connections_fail_at_once_too(secured, name):
     options, fragments = failing_options(secured, name)
     settings = ReadSettings(client_config=client_config_from_options(options),
@@ -311,6 +357,21 @@ def test_executor_connections_fail_at_once_too(secured, name):
     partition = KafkaInputPartition(0, [OffsetRange(secured["topic"], 0, 0, 7)], settings)
     error = assert_fails_at_once(lambda: list(read_input_partition(partition)), fragments)
     assert isinstance(error, BrokerSecurityError)
+
+
+def test_sink_writes_with_oauthbearer_client_credentials(spark, secured):
+    options = security_options(secured, "sasl-ssl-oauthbearer-client-credentials")
+    topic = unique_topic_name("oauth-sink")
+    create_topic(secured["broker"].bootstrap_servers, topic, partitions=2)
+    rows = [(f"k{i}", f"v{i}") for i in range(40)]
+    writer = (spark.createDataFrame(rows, "key string, value string").write.format("pykafka")
+              .mode("append").option("topic", topic))
+    for k, v in options.items():
+        writer = writer.option(k, v)
+    writer.save()
+    read = read_batch(spark, {**options, "subscribe": topic}).selectExpr(
+        "CAST(key AS STRING) AS k", "CAST(value AS STRING) AS v").collect()
+    assert sorted((r.k, r.v) for r in read) == sorted(rows)
 
 
 def test_jks_store_is_refused_when_the_dataframe_is_defined(spark, secured):
@@ -341,6 +402,7 @@ def leak_run(secured, tmp_path_factory):
     """Run tests/integration/leak_probe.py in a child process against the secured broker; return
     what it printed and wrote, and the secrets it used."""
     d = tmp_path_factory.mktemp("leak")
+    tokens_before = len(secured["idp"].issued)
     client = secured["client"]
     inline_key = client.key_pem(KEY_PASSWORD).decode()
     b = secured["broker"]
@@ -357,6 +419,10 @@ def leak_run(secured, tmp_path_factory):
                            "kafka.sasl.jaas.config": jaas("PLAIN", password="LeakCanary-wrong1")},
         "wrong_store_password": {**security_options(secured, "tls-pkcs12-truststore"),
                                  "kafka.ssl.truststore.password": "LeakCanary-wrong2"},
+        "oauth": security_options(secured, "sasl-ssl-oauthbearer-client-credentials"),
+        "oauth_wrong_secret": {
+            **security_options(secured, "sasl-ssl-oauthbearer-client-credentials"),
+            "kafka.sasl.jaas.config": jaas("OAUTHBEARER", CLIENT_ID, "LeakCanary-wrong3")},
     }
     (d / "events").mkdir()
     site = d / "site"  # DEBUG logging in the driver and in every Python worker Spark starts
@@ -378,8 +444,11 @@ def leak_run(secured, tmp_path_factory):
     (d / "stderr.txt").write_text(run.stderr)
     assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-5000:]
     body = "".join(inline_key.splitlines()[1:-1])
+    issued = secured["idp"].issued[tokens_before:]  # the probe's processes' bearer tokens
+    assert issued, "the probe got no OAUTHBEARER token"
     secrets = [USER_PASSWORD, STORE_PASSWORD, KEY_PASSWORD, "LeakCanary-wrong1",
-               "LeakCanary-wrong2"] + [body[i:i + 24] for i in range(0, len(body) - 24, 24)]
+               "LeakCanary-wrong2", CLIENT_SECRET, "LeakCanary-wrong3"] + issued + [
+        body[i:i + 24] for i in range(0, len(body) - 24, 24)]
     sections: dict[str, str] = {}
     for block in ("\n" + run.stdout).split("\n=== ")[1:]:
         title, _, text = block.partition("\n")
@@ -417,7 +486,8 @@ def test_no_secret_in_exceptions(leak_run):
     text = leak_run["sections"]["exceptions"]
     assert "rejected PLAIN authentication as user 'alice'" in text
     assert "'kafka.ssl.truststore.password' is wrong" in text
-    assert text.count("Traceback") >= 3
+    assert "refused the token request (HTTP 401: invalid_client" in text
+    assert text.count("Traceback") >= 4
     assert_no_secret(text, leak_run["secrets"], "exceptions")
 
 

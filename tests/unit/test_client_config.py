@@ -84,7 +84,7 @@ def test_sasl_credentials_from_the_jaas_line(mechanism, module):
       "sasl.jaas.config": jaas("ScramLoginModule")},
      ["ScramLoginModule", "'kafka.sasl.mechanism' PLAIN"]),
     ({"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-1"},
-     ["'kafka.sasl.mechanism'", "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, GSSAPI"]),
+     ["'kafka.sasl.mechanism'", "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, GSSAPI"]),
     ({"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512"},
      ["needs a username and password", "kafka.sasl.jaas.config", "ScramLoginModule"]),
     ({"sasl.jaas.config": f'org.apache.kafka.common.security.plain.PlainLoginModule required '

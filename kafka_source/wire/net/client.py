@@ -48,6 +48,7 @@ from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, Met
 
 from ...config.client_config import TLS_SETTINGS, connection_settings, uses_tls
 from ...config.secrets import reveal
+from .oauth import token_provider
 from ...errors import (BrokerSecurityError, BrokerUnavailableError, BrokerUnreachableError,
                        RetriableBrokerError, TopicError, TopicNotFoundError)
 from .handshake import ConnectionManager
@@ -165,8 +166,11 @@ class BrokerClient:
     def __init__(self, config: Mapping[str, object]):
         settings = connection_settings(config)
         tls = {k: settings.pop(k) for k in list(settings) if k in TLS_SETTINGS}
+        oauth = settings.pop("sasl_oauthbearer", None)
         settings = {k: reveal(v) for k, v in settings.items()}
         settings["ssl_context"] = ssl_context(tls) if uses_tls(config) else None
+        if oauth is not None:
+            settings["sasl_oauth_token_provider"] = token_provider(oauth)
         self.bootstrap_servers = str(settings["bootstrap_servers"])
         self.request_timeout_ms = int(settings.get("request_timeout_ms", 30_000))
         self._settings = settings

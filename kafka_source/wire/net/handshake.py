@@ -257,6 +257,8 @@ def diagnose(exc: BaseException, *, address: str, host: str, config: Mapping[str
     protocol = config.get("security_protocol", "PLAINTEXT")
     mechanism = config.get("sasl_mechanism")
     for cause in _causes(exc):
+        if isinstance(cause, BrokerSecurityError):  # the OAUTHBEARER token source refused us
+            return cause, None
         if isinstance(cause, ssl.SSLCertVerificationError):
             return _untrusted_certificate(cause, address, host, tls_given), None
         if isinstance(cause, ssl.SSLError):
@@ -295,8 +297,18 @@ def diagnose(exc: BaseException, *, address: str, host: str, config: Mapping[str
             return BrokerSecurityError(
                 f"SASL: the broker at {address} does not enable the mechanism {mechanism} "
                 "('kafka.sasl.mechanism') on this listener. Use one its "
-                "'sasl.enabled.mechanisms' lists (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 with "
-                "the matching login module in 'kafka.sasl.jaas.config')."), None
+                "'sasl.enabled.mechanisms' lists (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or "
+                "OAUTHBEARER with the matching login module in 'kafka.sasl.jaas.config')."), None
+        if isinstance(cause, Errors.SaslAuthenticationFailedError) and mechanism == "OAUTHBEARER":
+            provider = config.get("sasl_oauth_token_provider")
+            source = getattr(getattr(provider, "login", None), "source", "the configured source")
+            detail = _broker_message(cause)
+            return BrokerSecurityError(
+                f"SASL: the broker at {address} rejected the OAUTHBEARER token from {source}"
+                + (f" ({detail})" if detail else "") + ". The listener's validation (its "
+                "expected issuer, audience, scope and signing keys) must accept tokens of this "
+                "client: check 'kafka.sasl.oauthbearer.token.endpoint.url' and the clientId and "
+                "scope in 'kafka.sasl.jaas.config'."), None
         if isinstance(cause, Errors.SaslAuthenticationFailedError):
             user = config.get("sasl_plain_username")
             detail = _broker_message(cause)
