@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import glob
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -50,6 +51,7 @@ from kafka_source.testing import (create_topic, local_distribution, start_local_
 from kafka_source.testing.certs import (CertificateAuthority, java_keystore, java_truststore,
                                         keytool_available)
 from kafka_source.testing.oauth import TokenEndpoint
+from kafka_source.wire.net.client import BrokerClient
 
 from .test_stream import committed, produce_counts, run_available_now, sink_rows
 
@@ -372,6 +374,39 @@ def test_sink_writes_with_oauthbearer_client_credentials(spark, secured):
     read = read_batch(spark, {**options, "subscribe": topic}).selectExpr(
         "CAST(key AS STRING) AS k", "CAST(value AS STRING) AS v").collect()
     assert sorted((r.k, r.v) for r in read) == sorted(rows)
+
+
+def test_oauthbearer_connections_outlive_their_tokens(secured, caplog):
+    """Tokens of 4 s; the brokers end a session when its token expires. For 14 s the driver's
+    requests and an executor's fetches keep working, on connections that re-authenticate (or,
+    for fetch connections, reconnect) with a fresh token; no request fails. The client is idle
+    between its requests, as a driver is between micro-batches: before BrokerClient started an
+    overdue re-authentication itself, the next request reached the broker first and the broker
+    closed the connection."""
+    caplog.set_level(logging.DEBUG, logger="kafka.net.connection")
+    lifetime_s, run_s = 4, 14
+    with TokenEndpoint({CLIENT_ID: CLIENT_SECRET}, lifetime_s=lifetime_s) as idp:
+        options = {**security_options(secured, "sasl-ssl-oauthbearer-client-credentials"),
+                   "kafka.sasl.oauthbearer.token.endpoint.url": idp.url}
+        config = client_config_from_options(options)
+        settings = ReadSettings(client_config=config, include_headers=False,
+                                fail_on_data_loss=True, poll_timeout_ms=30_000)
+        partition = KafkaInputPartition(0, [OffsetRange(secured["topic"], 0, 0, 7)], settings)
+        reads = metadata_calls = 0
+        with BrokerClient(config) as client:
+            deadline = time.monotonic() + run_s
+            while time.monotonic() < deadline:
+                assert secured["topic"] in client.metadata([secured["topic"]])
+                metadata_calls += 1
+                rows = sum(b.num_rows for b in read_input_partition(partition))
+                assert rows == 7
+                reads += 1
+                time.sleep(0.5)
+        # a fresh token at 0.8 of each lifetime: at least one per 3.2 s of the run
+        assert len(idp.issued) >= run_s // (0.8 * lifetime_s), idp.issued
+        assert reads >= 10 and metadata_calls >= 10
+    assert "Beginning SASL re-authentication" in caplog.text
+    assert "re-authentication failed" not in caplog.text
 
 
 def test_jks_store_is_refused_when_the_dataframe_is_defined(spark, secured):

@@ -253,6 +253,7 @@ class BrokerClient:
                 net.await_ready(node_id, timeout_ms=timeout_ms)
             except Errors.KafkaConnectionError:
                 raise Errors.KafkaConnectionError(self._not_connected(node_id, started)) from None
+            self._reauthenticate_if_due(node_id)
             future = net._manager.send(request, node_id=node_id, request_timeout_ms=timeout_ms)
             net._net.poll(timeout_ms=timeout_ms, future=future)
             if future.failed():
@@ -267,6 +268,26 @@ class BrokerClient:
             if fatal is not None:
                 raise BrokerSecurityError(str(fatal)) from None
             raise BrokerUnreachableError(f"broker {node_id}: {exc}") from exc
+
+    def _reauthenticate_if_due(self, node_id) -> None:
+        """Start the SASL re-authentication of ``node_id``'s connection first when it is due.
+
+        A broker ends a SASL session when its credential expires (an OAUTHBEARER token's
+        ``exp``, or ``connections.max.reauth.ms``; KIP-368): a request that arrives after that
+        makes it close the connection, while a re-authentication is still accepted.
+        kafka-python re-authenticates on a timer of its event loop, which runs only while this
+        client polls; a client idle between micro-batches would otherwise send its next request
+        first and lose the connection. Java's client re-authenticates before sending for the
+        same reason. Running the loop once runs the overdue timer, and kafka-python holds the
+        request until the re-authentication is done."""
+        try:
+            reauth = self._connections._conns[node_id]._reauth
+            task = reauth.task
+            due = task is not None and task.scheduled_at <= time.monotonic()
+        except (AttributeError, KeyError, TypeError):   # no such connection, or no SASL
+            return
+        if due:
+            self._net._net.poll(timeout_ms=0)
 
     def _not_connected(self, node_id, started: float) -> str:
         """Why ``node_id`` could not be used, truthfully timed. kafka-python says "not ready
@@ -327,6 +348,7 @@ class BrokerClient:
         that expects no response (Produce with acks=0) succeeds with None once queued."""
         self.bootstrap()
         timeout_ms = self.request_timeout_ms if timeout_ms is None else timeout_ms
+        self._reauthenticate_if_due(node_id)
         return self._net._manager.send(request, node_id=node_id, request_timeout_ms=timeout_ms)
 
     def send_now(self, node_id, request, timeout_ms: int | None = None):
