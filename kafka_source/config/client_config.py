@@ -229,15 +229,14 @@ def _jaas_tls(fields: Mapping[str, str]) -> tuple[tuple[str, object], ...]:
     """The TLS settings for the OAuth token endpoint: ``ssl.*`` options inside the JAAS line,
     as Java's OAuthBearerLoginCallbackHandler takes them (a private CA's trust store, ...)."""
     out: list[tuple[str, object]] = []
-    for key, text in fields.items():
-        if not key.startswith("ssl."):
+    for name, text in fields.items():
+        if not name.startswith("ssl."):
             continue
-        name = key
         if name == "ssl.endpoint.identification.algorithm":
             out.append(("ssl_check_hostname", text.strip().lower() == "https"))
             continue
         if name not in _TLS_SETTINGS:
-            raise OptionError(f"Option 'kafka.sasl.jaas.config' has {key}, which is not a TLS "
+            raise OptionError(f"Option 'kafka.sasl.jaas.config' has {name}, which is not a TLS "
                               "setting pykafka knows for the token endpoint: use "
                               "ssl.truststore.location, ssl.truststore.type, "
                               "ssl.truststore.password, ssl.truststore.certificates or "

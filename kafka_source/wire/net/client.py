@@ -48,11 +48,11 @@ from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, Met
 
 from ...config.client_config import TLS_SETTINGS, connection_settings, uses_tls
 from ...config.secrets import reveal
-from .oauth import token_provider
 from ...errors import (BrokerSecurityError, BrokerUnavailableError, BrokerUnreachableError,
                        RetriableBrokerError, TopicError, TopicNotFoundError)
 from .handshake import ConnectionManager
 from .metadata_view import MetadataView, UnconfirmedAnswer, confirm_ms_for
+from .oauth import token_provider
 from .tls import ssl_context
 
 log = logging.getLogger(__name__)
