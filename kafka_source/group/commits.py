@@ -59,6 +59,10 @@ RETRY = COORDINATOR_MOVED + (Errors.CoordinatorLoadInProgressError,
                              Errors.RebalanceInProgressError, Errors.UnstableOffsetCommitError)
 # The longest pause between two attempts at the coordinator.
 _MAX_BACKOFF_S = 1.0
+# How long leaving may retry a failed last commit, at most: Java's KafkaConsumer.close() bounds
+# its last commit and LeaveGroup by 30 s (its default close timeout). kafka.default.api.timeout.ms
+# (a minute by default) would hold a query.stop() that long against a cluster that is gone.
+CLOSE_COMMIT_TIMEOUT_MS = 30_000
 
 @dataclass
 class _PendingCommit:
@@ -323,11 +327,13 @@ class GroupCommits:
 
     def _settle_before_leaving(self, retry_commit: bool) -> None:
         """Settle the commit in flight before leaving the group: made again if it failed, within
-        ``kafka.default.api.timeout.ms``, unless ``retry_commit`` is False (the cluster could not
-        be reached: :meth:`kafka_source.group.member.GroupMember.leave`). Best effort: whatever
-        goes wrong is logged, and the member leaves anyway."""
+        ``kafka.default.api.timeout.ms`` but no longer than Java's consumer retries on close
+        (:data:`CLOSE_COMMIT_TIMEOUT_MS`), unless ``retry_commit`` is False (the cluster could
+        not be reached: :meth:`kafka_source.group.member.GroupMember.leave`). Best effort:
+        whatever goes wrong is logged, and the member leaves anyway."""
+        retry_ms = min(self.options.api_timeout_ms, CLOSE_COMMIT_TIMEOUT_MS)
         try:
-            self.settle_commits(retry_ms=self.options.api_timeout_ms if retry_commit else 0)
+            self.settle_commits(retry_ms=retry_ms if retry_commit else 0)
         except Exception as exc:
             log.warning("Group '%s': the last commit failed while leaving: %s", self.group_id, exc)
 

@@ -19,7 +19,7 @@ from kafka_source.group.assignors import (Assignment, PartitionAssignor, RangeAs
 from kafka_source.wire.net.client import RetriableBrokerError
 from kafka_source.errors import (BrokerSecurityError, BrokerUnavailableError,
                                  BrokerUnreachableError, KafkaSourceError, OptionError)
-from kafka_source.group import member as member_module
+from kafka_source.group import commits, member as member_module
 from kafka_source.group.member import GroupMember
 from kafka_source.config.options import GroupOptions
 
@@ -985,12 +985,18 @@ def test_commit_that_cannot_be_made_before_a_rejoin_is_logged_and_the_member_rej
     assert "within 300 ms" in caplog.text and "t0-1@7" in caplog.text
 
 
-@pytest.mark.parametrize("retry_commit", [True, False], ids=["retried", "cluster-gone"])
-def test_leaving_with_a_commit_that_cannot_be_made(fake, make_member, caplog, retry_commit):
+@pytest.mark.parametrize("retry_commit, api_timeout_ms, close_bound_ms", [
+    (True, 200, 30_000), (True, 5_000, 300), (False, 5_000, 30_000)],
+    ids=["retried", "retried-within-the-close-bound", "cluster-gone"])
+def test_leaving_with_a_commit_that_cannot_be_made(fake, make_member, caplog, monkeypatch,
+                                                   retry_commit, api_timeout_ms, close_bound_ms):
     # retry_commit=False: the query fails because the cluster could not be reached; the failed
-    # commit is not made again, so that retries do not hold the query's error back.
+    # commit is not made again, so that retries do not hold the query's error back. Retried,
+    # it is for kafka.default.api.timeout.ms but no longer than Java's close() (30 s; here the
+    # bound is shortened to 300 ms to see it).
+    monkeypatch.setattr(commits, "CLOSE_COMMIT_TIMEOUT_MS", close_bound_ms)
     member = make_member(fake, "C0", heartbeat_interval_ms=60_000, request_timeout_ms=500,
-                         api_timeout_ms=200 if retry_commit else 5_000)
+                         api_timeout_ms=api_timeout_ms)
     member.ensure_active(["t0"])
     fake.commit_error = COORDINATOR_NOT_AVAILABLE
     outcomes = []
@@ -1001,7 +1007,9 @@ def test_leaving_with_a_commit_that_cannot_be_made(fake, make_member, caplog, re
     assert [r.kind for r in fake.records()][-1] == LEAVE and fake.members(GROUP) == []
     assert "t0-1@7" in caplog.text
     if retry_commit:
-        assert "within 200 ms" in caplog.text and len(fake.sent(OFFSET_COMMIT)) > 1
+        bound = min(api_timeout_ms, close_bound_ms)
+        assert f"within {bound} ms" in caplog.text and len(fake.sent(OFFSET_COMMIT)) > 1
+        assert time.monotonic() - started < 2.0
     else:           # not kafka.default.api.timeout.ms (5 s)
         assert time.monotonic() - started < 2.0 and len(fake.sent(OFFSET_COMMIT)) == 1
         assert "read again from their last committed offset" in caplog.text
