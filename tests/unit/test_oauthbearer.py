@@ -338,3 +338,18 @@ def test_wrong_tls_fields_in_the_jaas_line_are_option_errors(tmp_path):
     with pytest.raises(OptionError) as info:
         TokenProvider(login)
     assert "'kafka.sasl.jaas.config'" in str(info.value) and "missing.pem" in str(info.value)
+
+
+def test_a_refused_refresh_keeps_the_valid_token_until_it_expires(caplog):
+    with TokenEndpoint({"svc-1": SECRET}, lifetime_s=1000) as endpoint:
+        clock = Clock(__import__("time").time())
+        provider = TokenProvider(login_of(oidc_options(endpoint.url)), clock=clock,
+                                 sleep=clock.sleep)
+        first = provider.token()
+        endpoint.clients["svc-1"] = "rotated"     # the secret was rotated at the server
+        clock.now += 900
+        assert provider.token() == first and "could not refresh" in caplog.text
+        assert "invalid_client" in caplog.text and SECRET not in caplog.text
+        clock.now += 101                          # expired: now the refusal is the answer
+        with pytest.raises(BrokerSecurityError):
+            provider.token()

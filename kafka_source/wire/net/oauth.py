@@ -18,8 +18,8 @@ of its lifetime has passed. kafka-python calls :meth:`TokenProvider.token` on it
 thread while it authenticates a connection, so a token request blocks that thread: it is bounded
 by ``sasl.login.connect.timeout.ms``/``read.timeout.ms`` (10 s each by default here; Java has
 none), and only made when the token is due. While the current token is still valid a failed
-refresh is logged and the current token used, and tried again after
-``sasl.login.retry.backoff.ms``. Without a valid token the request is retried with backoff for
+refresh (also a refused one) is logged and the current token used, and tried again after
+``sasl.login.retry.backoff.ms``, as Java's refresh thread keeps the credential it has. Without a valid token the request is retried with backoff for
 up to ``sasl.login.retry.backoff.max.ms``, then the connection fails as retriable; the token
 endpoint refusing the client (HTTP 4xx other than 408 and 429) fails it at once with a
 :class:`~kafka_source.errors.BrokerSecurityError` that names the options. Neither the client
@@ -126,11 +126,11 @@ class TokenProvider(AbstractTokenProvider):
                 return self._token
             try:
                 self._renew(retry=not valid)
-            except BrokerSecurityError:
-                raise
-            except TokenRequestFailed as exc:
+            except (TokenRequestFailed, BrokerSecurityError) as exc:
                 if not valid:
                     raise
+                # Also a refusal: during a secret's rotation the endpoint may refuse for a
+                # while; connections keep being made with the token until it expires.
                 self._next_try = self._clock() + self.login.retry_backoff_ms / 1000
                 log.warning("OAUTHBEARER: could not refresh the token (%s); the current one is "
                             "valid for %.0f s more and still used.", exc, self._expires - now)
