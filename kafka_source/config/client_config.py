@@ -26,6 +26,7 @@ from typing import Mapping
 from ..errors import OptionError
 from . import oauthbearer
 from .secrets import Secret
+from .values import convert
 
 log = logging.getLogger(__name__)
 
@@ -134,25 +135,6 @@ DEFAULT_FETCH_SETTINGS = {
 _JAAS = re.compile(r"""([\w.]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)')""")
 
 
-def _convert(name: str, raw: str, kind):
-    if kind is Secret:
-        return Secret(raw)  # kept as given (a password may start or end with a space)
-    text = str(raw).strip()
-    if kind is int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise OptionError(f"Option 'kafka.{name}' must be an integer, got '{raw}'.") from None
-        if value < 0:
-            raise OptionError(f"Option 'kafka.{name}' must not be negative, got '{raw}'.")
-        return value
-    if kind is bool:
-        if text.lower() not in ("true", "false"):
-            raise OptionError(f"Option 'kafka.{name}' must be 'true' or 'false', got '{raw}'.")
-        return text.lower() == "true"
-    return text
-
-
 def _parse_jaas(text: str) -> dict[str, object]:
     """Username, password and login module of a Java JAAS line (Plain or SCRAM login module),
     or the fields of an OAuthBearerLoginModule line (``sasl_oauth_jaas``, turned into the
@@ -243,7 +225,7 @@ def _jaas_tls(fields: Mapping[str, str]) -> tuple[tuple[str, object], ...]:
                               "ssl.endpoint.identification.algorithm (and ssl.keystore.* for "
                               "a client certificate).")
         target, kind = _TLS_SETTINGS[name]
-        out.append((target, _convert(name, text, kind)))
+        out.append((target, convert(name, text, kind)))
     return tuple(sorted(out, key=lambda item: item[0]))
 
 
@@ -273,10 +255,10 @@ def client_config_from_options(opts: Mapping[str, str]) -> dict[str, object]:
             config["ssl_check_hostname"] = str(raw).strip().lower() == "https"
         elif name in _CONNECTION_SETTINGS or name in _TLS_SETTINGS:
             target, kind = _CONNECTION_SETTINGS.get(name) or _TLS_SETTINGS[name]
-            config[target] = _convert(name, raw, kind)
+            config[target] = convert(name, raw, kind)
         elif name in _FETCH_SETTINGS:
             target, kind = _FETCH_SETTINGS[name]
-            config[target] = _convert(name, raw, kind)
+            config[target] = convert(name, raw, kind)
         elif name in oauthbearer.OPTIONS:
             oauth_options[name] = raw
         elif name in _IGNORED or name in oauthbearer.IGNORED:

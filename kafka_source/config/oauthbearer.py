@@ -14,8 +14,9 @@ Spark's JVM source takes OAUTHBEARER through the Java client's options, and user
 
   An OAuth server with a certificate from a private CA: its trust store goes into the JAAS line,
   as in Java (``ssl.truststore.location="..." ssl.truststore.type="PEM"``); without, the
-  system's CAs are trusted. The token endpoint may also be a ``file:`` URL naming a file that holds the token (as a
-  Kubernetes-projected service account token is); it is read again at each refresh.
+  system's CAs are trusted. The token endpoint may also be a ``file:`` URL naming a file that
+  holds the token (as a Kubernetes-projected service account token is); it is read again at
+  each refresh.
 * **Unsecured tokens** (Kafka's default login handler, for development clusters whose brokers
   accept unsigned tokens):
   ``OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="alice";``
@@ -36,6 +37,7 @@ from typing import Mapping
 
 from ..errors import OptionError
 from .secrets import Secret
+from .values import convert
 
 _PACKAGE = "org.apache.kafka.common.security.oauthbearer."
 #: Kafka's OIDC login handler, under its 3.4+ name and its 3.1-3.3 name (still accepted by Java).
@@ -152,18 +154,6 @@ def _extensions(fields: Mapping[str, str], prefix: str) -> tuple[tuple[str, str]
     return tuple(sorted(out))
 
 
-def _convert(name: str, raw: object, kind) -> object:
-    text = str(raw).strip()
-    try:
-        value = kind(text)
-    except ValueError:
-        what = "an integer" if kind is int else "a number"
-        raise OptionError(f"Option 'kafka.{name}' must be {what}, got '{raw}'.") from None
-    if value < 0:
-        raise OptionError(f"Option 'kafka.{name}' must not be negative, got '{raw}'.")
-    return value
-
-
 def check_handler(handler: str | None) -> None:
     """A ``sasl.login.callback.handler.class`` is one of Kafka's, which pykafka does in Python
     (whatever the mechanism: no other Java class can run here)."""
@@ -186,7 +176,7 @@ def oauthbearer_login(jaas: Mapping[str, str] | None, options: Mapping[str, obje
     settings: dict[str, object] = {}
     for name, raw in options.items():
         field, kind = OPTIONS[name]
-        settings[field] = str(raw).strip() if kind is str else _convert(name, raw, kind)
+        settings[field] = convert(name, raw, kind)
     handler = settings.pop("handler", None)
     url = settings.pop("token_endpoint_url", None) or None
     factor = settings.get("refresh_window_factor", 0.8)
@@ -207,7 +197,7 @@ def oauthbearer_login(jaas: Mapping[str, str] | None, options: Mapping[str, obje
                 "unsecured tokens (development brokers only) set "
                 f"unsecuredLoginStringClaim_{principal}=\"<principal>\" in "
                 "'kafka.sasl.jaas.config'.")
-        lifetime = _convert("sasl.jaas.config unsecuredLoginLifetimeSeconds",
+        lifetime = convert("sasl.jaas.config unsecuredLoginLifetimeSeconds",
                             jaas.get("unsecuredLoginLifetimeSeconds", "3600"), int)
         return OAuthBearerLogin(unsecured_claims=claims, principal_claim=principal,
                                 lifetime_s=max(1, int(lifetime)),

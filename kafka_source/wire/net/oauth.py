@@ -19,8 +19,9 @@ thread while it authenticates a connection, so a token request blocks that threa
 by ``sasl.login.connect.timeout.ms``/``read.timeout.ms`` (10 s each by default here; Java has
 none), and only made when the token is due. While the current token is still valid a failed
 refresh (also a refused one) is logged and the current token used, and tried again after
-``sasl.login.retry.backoff.ms``, as Java's refresh thread keeps the credential it has. Without a valid token the request is retried with backoff for
-up to ``sasl.login.retry.backoff.max.ms``, then the connection fails as retriable; the token
+``sasl.login.retry.backoff.ms``, as Java's refresh thread keeps the credential it has. Without
+a valid token the request is retried with backoff for up to
+``sasl.login.retry.backoff.max.ms``, then the connection fails as retriable; the token
 endpoint refusing the client (HTTP 4xx other than 408 and 429) fails it at once with a
 :class:`~kafka_source.errors.BrokerSecurityError` that names the options. Neither the client
 secret nor a token ever goes into a message or a log line.
@@ -103,8 +104,6 @@ class TokenProvider(AbstractTokenProvider):
         self._expires = 0.0
         self._refresh_at = 0.0
         self._next_try = 0.0          # no new request before this (after a failure)
-        self._failure: Exception | None = None
-        self.requests = 0             # token requests made (tests, logs)
         self._tls = None
         if str(login.token_endpoint_url or "").lower().startswith("https:"):
             try:  # at once, where the client is made: a wrong trust store is an option error
@@ -168,7 +167,6 @@ class TokenProvider(AbstractTokenProvider):
         when it may work later, :class:`BrokerSecurityError` when it will not."""
         login = self.login
         url = str(login.token_endpoint_url)
-        self.requests += 1
         if url.lower().startswith("file:"):
             path = urllib.request.url2pathname(urllib.parse.urlparse(url).path)
             try:
