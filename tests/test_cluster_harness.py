@@ -18,7 +18,9 @@ import pytest
 
 from kafka_source.testing import cluster as harness
 from kafka_source.testing.brokers import BrokerStartError
-from kafka_source.testing.cluster import KRAFT, ZOOKEEPER, ClusterError, KafkaCluster
+from kafka_source.testing.certs import keytool_available
+from kafka_source.testing.cluster import (KRAFT, ZOOKEEPER, ClusterError, KafkaCluster,
+                                          SecureListener)
 
 KRAFT_SCRIPTS = ("kafka-server-start.sh", "kafka-storage.sh", "kafka-leader-election.sh",
                  "kafka-reassign-partitions.sh")
@@ -135,6 +137,72 @@ def test_tools_are_called_as_each_generation_needs(laid_out):
         assert json.load(f)["partitions"][0]["replicas"] == [2, 3]
     for node in kraft.nodes.values():
         node.process = None
+
+
+@pytest.mark.skipif(not keytool_available(), reason="needs the JDK's keytool")
+@pytest.mark.parametrize("mode", [KRAFT, ZOOKEEPER])
+def test_a_secure_cluster_gives_clients_a_sasl_ssl_listener(laid_out, mode):
+    """Every node: a SECURE (SASL_SSL, SCRAM) listener of its own, advertised; PLAINTEXT stays
+    the brokers' own listener; sessions end after reauth_ms on SECURE only; the user is made
+    when KRaft storage is formatted; clients' options name the SECURE addresses only."""
+    c = laid_out(mode, secure=SecureListener(reauth_ms=7000))
+    secure_ports = {n.secure_port for n in c.nodes.values()}
+    assert len(secure_ports | {n.port for n in c.nodes.values()}) == 6
+    assert os.path.isfile(c.secure.keystore) and os.path.isfile(c.secure.ca_pem)
+    for node in c.nodes.values():
+        props = read_properties(node.config_path)
+        served = f"PLAINTEXT://127.0.0.1:{node.port},SECURE://127.0.0.1:{node.secure_port}"
+        assert props["advertised.listeners"] == served
+        assert props["listeners"].startswith(served)
+        assert props["listener.security.protocol.map"].startswith(
+            "PLAINTEXT:PLAINTEXT,SECURE:SASL_SSL")
+        assert props["inter.broker.listener.name"] == "PLAINTEXT"
+        assert props["sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
+        assert props["listener.name.secure.ssl.keystore.location"] == c.secure.keystore
+        assert props["listener.name.secure.scram-sha-512.connections.max.reauth.ms"] == "7000"
+        assert "ScramLoginModule" in props["listener.name.secure.scram-sha-512.sasl.jaas.config"]
+        assert "connections.max.reauth.ms" not in props   # PLAINTEXT: nothing to renew
+    assert c.secure.format_args() == [
+        "--add-scram", f"SCRAM-SHA-512=[name={c.secure.user},password={c.secure.password}]"]
+    options = c.client_options()
+    assert options["kafka.bootstrap.servers"] == ",".join(
+        f"127.0.0.1:{n.secure_port}" for n in c.nodes.values())
+    assert options["kafka.security.protocol"] == "SASL_SSL"
+    assert options["kafka.ssl.truststore.location"] == c.secure.ca_pem
+    assert f'username="{c.secure.user}"' in options["kafka.sasl.jaas.config"]
+    with pytest.raises(ClusterError, match="without a secure listener"):
+        KafkaCluster(c.kafka_home, mode, start=False).client_options()
+    with pytest.raises(ValueError, match="SCRAM-SHA-256 or SCRAM-SHA-512"):
+        SecureListener(mechanism="PLAIN")
+
+
+def test_socket_server_counters_are_summed_over_a_listeners_threads(laid_out, monkeypatch):
+    """The JMX tool's lines, summed per attribute; Kafka 2.x's tool is given the listener's
+    thread ids (it fails on patterns): num.network.threads per listener, in listener order."""
+    c = laid_out(ZOOKEEPER)
+    tool = os.path.join(c.kafka_home, "bin", "kafka-run-class.sh")
+    with open(tool, "w") as f:
+        f.write("#!/bin/sh\necho \"$@\" > \"$(dirname \"$0\")/args\"\n"
+                "echo time=1\n"
+                "p=kafka.server:type=socket-server-metrics,listener=PLAINTEXT,networkProcessor\n"
+                "echo \"$p=0:successful-reauthentication-total=2.0\"\n"
+                "echo \"$p=1:successful-reauthentication-total=3.0\"\n"
+                "echo \"$p=1:expired-connections-killed-count=0.0\"\n")
+    os.chmod(tool, 0o755)
+    got = c.socket_server_metrics(1, "PLAINTEXT", ["successful-reauthentication-total",
+                                                   "expired-connections-killed-count"])
+    assert got == {"successful-reauthentication-total": 5.0,
+                   "expired-connections-killed-count": 0.0}
+    with open(os.path.join(c.kafka_home, "bin", "args")) as f:
+        args = f.read().split()
+    assert args[0] == "kafka.tools.JmxTool"
+    names = [args[i + 1] for i, a in enumerate(args) if a == "--object-name"]
+    assert [n.rsplit("=", 1)[1] for n in names] == ["0", "1"]     # 2 threads, first listener
+    assert f"rmi://127.0.0.1:{c.nodes[1].jmx_port}/jmxrmi" in " ".join(args)
+    with pytest.raises(ClusterError, match="found no failed-reauthentication-total"):
+        c.socket_server_metrics(1, "PLAINTEXT", ["failed-reauthentication-total"])
+    with pytest.raises(ClusterError, match="no listener SECURE"):
+        c.socket_server_metrics(1, "SECURE")
 
 
 def test_a_failed_tool_is_an_error_with_its_output(laid_out):

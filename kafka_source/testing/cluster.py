@@ -86,9 +86,11 @@ from typing import Callable, Iterable, Mapping, TypeVar
 
 from .brokers import (BrokerHandle, BrokerStartError, _free_port, _live_brokers, _live_lock,
                       _tcp_open, _track, create_topic, wait_for_broker)
+from .cluster_security import SecureListener
+from .jmx import REAUTHENTICATION_METRICS, jmx_options, socket_server_metrics
 
 __all__ = ["ClusterError", "ClusterMetadata", "ClusterNode", "KafkaCluster", "KRAFT",
-           "PartitionState", "REPLICATED_DEFAULTS", "ZOOKEEPER"]
+           "PartitionState", "REPLICATED_DEFAULTS", "SecureListener", "ZOOKEEPER"]
 
 KRAFT = "kraft"
 ZOOKEEPER = "zookeeper"
@@ -287,6 +289,12 @@ class ClusterNode:
     dir: str
     process: subprocess.Popen | None = None
     starts: int = 0
+    secure_port: int | None = None  # the SECURE client listener (clusters with ``secure``)
+    jmx_port: int | None = None
+
+    @property
+    def secure_address(self) -> str | None:
+        return f"127.0.0.1:{self.secure_port}" if self.secure_port else None
 
     @property
     def address(self) -> str:
@@ -329,13 +337,17 @@ class KafkaCluster(BrokerHandle):
     """``nodes`` Kafka nodes (ids 1..n) from the distribution at ``kafka_home`` in ``mode``
     (:data:`KRAFT` or :data:`ZOOKEEPER`); see the module docstring.
 
-    ``properties`` are added to (or replace) every node's settings. ``start=False`` leaves the
+    ``properties`` are added to (or replace) every node's settings. ``secure`` adds a SASL_SSL
+    client listener to every node (:mod:`.cluster_security`): :attr:`secure_bootstrap_servers`,
+    :meth:`client_options`. Every node serves JMX on loopback (:meth:`socket_server_metrics`).
+    ``start=False`` leaves the
     cluster unstarted (:meth:`start` starts it). :meth:`stop` without a node ends the cluster
     and removes its directory; with a node it is a controlled shutdown of that node only.
     """
 
     def __init__(self, kafka_home: str, mode: str = KRAFT, *, nodes: int = 3,
                  properties: Mapping[str, str] | None = None,
+                 secure: SecureListener | None = None,
                  heap_opts: str = DEFAULT_HEAP_OPTS, start: bool = True,
                  start_timeout_s: float = NODE_START_TIMEOUT_S,
                  state_timeout_s: float = STATE_TIMEOUT_S):
@@ -357,6 +369,9 @@ class KafkaCluster(BrokerHandle):
             raise BrokerStartError(f"{kafka_home!r} is not {what}: no bin/{', bin/'.join(missing)}")
         self.size = nodes
         self.properties = dict(properties or {})
+        self.secure = secure
+        self._secure_user_added = False
+        self.secure_bootstrap_servers = ""
         self.heap_opts = heap_opts
         self.start_timeout_s = start_timeout_s
         self.state_timeout_s = state_timeout_s
@@ -391,13 +406,18 @@ class KafkaCluster(BrokerHandle):
             node_dir = os.path.join(self.dir, f"node-{node_id}")
             os.makedirs(os.path.join(node_dir, "logs"))
             self.nodes[node_id] = ClusterNode(
-                node_id, _free_port(), _free_port() if self.mode == KRAFT else None, node_dir)
+                node_id, _free_port(), _free_port() if self.mode == KRAFT else None, node_dir,
+                secure_port=_free_port() if self.secure else None, jmx_port=_free_port())
         if self.mode == ZOOKEEPER:
             self.zookeeper_port = _free_port()
             os.makedirs(os.path.join(self.dir, "zookeeper", "logs"))
             with open(os.path.join(self.dir, "zookeeper", "zookeeper.properties"), "w") as f:
                 f.write(properties_text(self.zookeeper_properties()))
         self.bootstrap_servers = ",".join(n.address for n in self.nodes.values())
+        if self.secure is not None:
+            self.secure.prepare(os.path.join(self.dir, "tls"))
+            self.secure_bootstrap_servers = ",".join(n.secure_address
+                                                     for n in self.nodes.values())
         for node in self.nodes.values():
             with open(node.config_path, "w") as f:
                 f.write(properties_text(self.node_properties(node.node_id)))
@@ -406,6 +426,12 @@ class KafkaCluster(BrokerHandle):
         """The server.properties of node ``node_id`` (the layout must exist)."""
         node = self.nodes[node_id]
         props: dict[str, str] = {"log.dirs": os.path.join(node.dir, "data")}
+        # clients' listeners, advertised as they are; PLAINTEXT is also the brokers' own
+        served = f"PLAINTEXT://{node.address}"
+        protocols = "PLAINTEXT:PLAINTEXT"
+        if self.secure is not None:
+            served += f",{self.secure.name}://{node.secure_address}"
+            protocols += f",{self.secure.protocol_entry}"
         if self.mode == KRAFT:
             voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}"
                               for n in self.nodes.values())
@@ -413,10 +439,9 @@ class KafkaCluster(BrokerHandle):
                 "process.roles": "broker,controller",
                 "node.id": str(node_id),
                 "controller.quorum.voters": voters,
-                "listeners": f"PLAINTEXT://{node.address},CONTROLLER://127.0.0.1:"
-                             f"{node.controller_port}",
-                "advertised.listeners": f"PLAINTEXT://{node.address}",
-                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                "listeners": f"{served},CONTROLLER://127.0.0.1:{node.controller_port}",
+                "advertised.listeners": served,
+                "listener.security.protocol.map": f"{protocols},CONTROLLER:PLAINTEXT",
                 "inter.broker.listener.name": "PLAINTEXT",
                 "controller.listener.names": "CONTROLLER",
                 **REPLICATED_DEFAULTS, **KRAFT_DEFAULTS,
@@ -424,11 +449,15 @@ class KafkaCluster(BrokerHandle):
         else:
             props.update({
                 "broker.id": str(node_id),
-                "listeners": f"PLAINTEXT://{node.address}",
-                "advertised.listeners": f"PLAINTEXT://{node.address}",
+                "listeners": served,
+                "advertised.listeners": served,
+                "listener.security.protocol.map": protocols,
+                "inter.broker.listener.name": "PLAINTEXT",
                 "zookeeper.connect": f"127.0.0.1:{self.zookeeper_port}",
                 **REPLICATED_DEFAULTS, **ZOOKEEPER_MODE_DEFAULTS,
             })
+        if self.secure is not None:
+            props.update(self.secure.broker_properties())
         props.update(self.properties)
         return props
 
@@ -458,7 +487,8 @@ class KafkaCluster(BrokerHandle):
             raise ClusterError(f"kafka-storage.sh random-uuid failed: {out.stdout}{out.stderr}")
         cluster_id = out.stdout.strip().splitlines()[-1]
         procs = {n.node_id: subprocess.Popen(
-            [self._bin("kafka-storage.sh"), "format", "-t", cluster_id, "-c", n.config_path],
+            [self._bin("kafka-storage.sh"), "format", "-t", cluster_id, "-c", n.config_path,
+             *(self.secure.format_args() if self.secure is not None else ())],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
             for n in self.nodes.values()}
         failed = []
@@ -476,12 +506,13 @@ class KafkaCluster(BrokerHandle):
     # -- processes ---------------------------------------------------------------------------
 
     def _launch(self, node: ClusterNode) -> None:
+        env = self._env(os.path.join(node.dir, "logs"), self.heap_opts)
+        env["KAFKA_JMX_OPTS"] = jmx_options(node.jmx_port)
         with open(os.path.join(node.dir, "stdout.log"), "ab") as out:
             node.process = subprocess.Popen(
                 [self._bin("kafka-server-start.sh"), node.config_path],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                env=self._env(os.path.join(node.dir, "logs"), self.heap_opts),
-                close_fds=True, start_new_session=True)
+                env=env, close_fds=True, start_new_session=True)
         node.starts += 1
 
     def _start_zookeeper(self) -> None:
@@ -535,6 +566,14 @@ class KafkaCluster(BrokerHandle):
             if self.mode == ZOOKEEPER and (self.zookeeper_process is None
                                            or self.zookeeper_process.poll() is not None):
                 self._start_zookeeper()
+            if self.mode == ZOOKEEPER and self.secure is not None and not self._secure_user_added:
+                try:
+                    self.secure.add_user_in_zookeeper(
+                        self.kafka_home, f"127.0.0.1:{self.zookeeper_port}",
+                        self._env(os.path.join(self.dir, "tool-logs"), TOOL_HEAP_OPTS))
+                except RuntimeError as exc:
+                    raise ClusterError(str(exc)) from None
+                self._secure_user_added = True
             # All at once: a KRaft quorum needs a majority of its voters before any node serves.
             for n in self.nodes.values():
                 if not n.running:
@@ -619,6 +658,37 @@ class KafkaCluster(BrokerHandle):
 
     def address(self, node: int) -> str:
         return self._node(node).address
+
+    def client_options(self) -> dict[str, str]:
+        """The connector's ``kafka.*`` options to reach the cluster through its SASL_SSL
+        listener (a cluster started with ``secure``)."""
+        if self.secure is None:
+            raise ClusterError(f"{self.mode} cluster: started without a secure listener")
+        return self.secure.client_options(self.secure_bootstrap_servers)
+
+    def socket_server_metrics(self, node: int, listener: str = "PLAINTEXT",
+                              attributes: Iterable[str] = REAUTHENTICATION_METRICS
+                              ) -> dict[str, float]:
+        """Node ``node``'s counters of ``listener`` (summed over its network threads), read
+        over JMX (:mod:`.jmx`); they start from 0 at each start of the node."""
+        n = self._node(node)
+        processors = None
+        if self.mode == ZOOKEEPER:
+            # Kafka 2.x's JmxTool fails on patterns: the ids, numbered listener after listener
+            # in the order of `listeners`, num.network.threads each
+            props = self.node_properties(node)
+            names = [entry.split("://")[0] for entry in props["listeners"].split(",")]
+            if listener not in names:
+                raise ClusterError(f"{self.mode} cluster: no listener {listener} ({names})")
+            threads = int(props.get("num.network.threads", "3"))
+            first = names.index(listener) * threads
+            processors = range(first, first + threads)
+        env = self._env(os.path.join(self.dir, "tool-logs"), TOOL_HEAP_OPTS)
+        try:
+            return socket_server_metrics(self.kafka_home, n.jmx_port, listener, attributes,
+                                         processors=processors, env=env)
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            raise ClusterError(f"{self.mode} cluster, node {node}: {exc}") from None
 
     def live_bootstrap_servers(self) -> str:
         """The addresses of the running nodes only (for tools that stall on a dead address)."""

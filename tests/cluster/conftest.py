@@ -16,6 +16,11 @@ Scenarios parametrized with ``group_protocol`` run the stream in a group of the 
 ``kafka.group.protocol=consumer``); the latter only on the ``kraft`` cluster: Kafka 2.2 has no
 consumer protocol, so that combination is skipped at collection, before any cluster starts.
 
+Each cluster also has a SASL_SSL client listener (SCRAM-SHA-512; :mod:`kafka_source.testing.
+cluster_security`) whose brokers end every SASL session after ``REAUTH_MS`` (KIP-368): the
+scenarios that pass ``cluster.client_options()`` reach the cluster only through it; the others,
+and every check, use PLAINTEXT.
+
 Every test gets ``figures`` (:class:`~.scenario.Figures`): what it injected and checked is
 printed as one line per scenario and generation at the end of the run. Each test is bounded by
 ``PYKAFKA_CLUSTER_TEST_TIMEOUT_S`` (default 420 s): past it the test's stacks are dumped and it
@@ -34,7 +39,7 @@ from pathlib import Path
 
 import pytest
 
-from kafka_source.testing.cluster import KRAFT, ZOOKEEPER, KafkaCluster
+from kafka_source.testing.cluster import KRAFT, ZOOKEEPER, KafkaCluster, SecureListener
 
 from .scenario import Figures
 
@@ -43,6 +48,10 @@ HOMES = {KRAFT: ("KAFKA_HOME", REPO_ROOT.parent / "shared" / "kafka"),
          ZOOKEEPER: ("KAFKA_ZK_HOME", REPO_ROOT.parent / "shared" / "kafka22")}
 TEST_TIMEOUT_S = float(os.environ.get("PYKAFKA_CLUSTER_TEST_TIMEOUT_S", "420"))
 _REPORT_KEY = pytest.StashKey[dict]()
+#: The SASL_SSL listener's session lifetime (``connections.max.reauth.ms``): short enough that
+#: a scenario's long-lived connections outlive several sessions, long enough for a loaded
+#: 2-core machine (a client renews at 85-95 % of it).
+REAUTH_MS = 10_000
 
 
 def distribution(generation: str) -> str | None:
@@ -76,7 +85,7 @@ def cluster(request) -> KafkaCluster:
         pytest.skip(f"no Kafka distribution for the {generation} cluster: set "
                     f"{HOMES[generation][0]} (or put it at {HOMES[generation][1]})")
     started = time.monotonic()
-    cluster = KafkaCluster(home, generation)
+    cluster = KafkaCluster(home, generation, secure=SecureListener(reauth_ms=REAUTH_MS))
     request.addfinalizer(cluster.stop)
     summary = request.getfixturevalue("summary_lines")
     summary.append(f"cluster {generation:9} started from {home} in "

@@ -83,6 +83,7 @@ class Figures:
     commits: int = 0          # commits seen in __consumer_offsets
     polls: int = 0            # reads of the group's offsets by the commit watch
     problems: list = field(default_factory=list)
+    notes: list = field(default_factory=list)   # other counts worth the summary line
 
     def fault(self, kind: str, n: int = 1) -> None:
         self.faults[kind] += n
@@ -96,7 +97,8 @@ class Figures:
                 f"({kinds}); records checked {self.checked}, lost {self.lost}, duplicated "
                 f"{self.duplicated}; commits {self.commits} (polled {self.polls}), backwards "
                 f"{self.backwards}; "
-                f"{outcome} in {seconds:.0f} s")
+                + "".join(f"{note}; " for note in self.notes)
+                + f"{outcome} in {seconds:.0f} s")
 
     def assert_clean(self) -> None:
         assert not self.problems and self.lost == 0 and self.duplicated == 0 \

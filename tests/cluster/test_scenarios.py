@@ -24,6 +24,10 @@ the rolling restart, the faults that move the group's coordinator, which in that
 the member's epoch and assignment as well as its offsets. Only on Kafka 4.0: the ZooKeeper-mode
 variant is skipped (``conftest.py``).
 
+One scenario runs the rolling restart with every reader and writer going through the
+cluster's SASL_SSL listener, whose brokers end SASL sessions after 10 s (KIP-368); the brokers'
+own counters must show the connections re-authenticated in time.
+
 One scenario makes the group rebalance while its coordinator crashes: the stream on
 ``cooperative-sticky``, rejoining in the background, with members of the test's own
 (:mod:`.peer`) joining and holding the rebalance open.
@@ -39,6 +43,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections import Counter
 
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
@@ -212,6 +217,45 @@ def test_rolling_restart_of_all_brokers(whole_cluster, spark, figures, tmp_path,
         figures.fault("controlled restart", len(restarted))
         time.sleep(2)
         run.finish()
+
+
+def test_rolling_restart_through_a_sasl_ssl_listener(whole_cluster, spark, figures, tmp_path):
+    """The rolling restart, with the stream, batch reads and the sink reaching the cluster only
+    through its SASL_SSL listener (SCRAM-SHA-512, a private CA), whose brokers end every SASL
+    session after ``REAUTH_MS`` (KIP-368), as production clusters with an external listener
+    are set up. Each moved leader and coordinator is reached over a new authenticated TLS
+    connection; connections that live longer than a session (the driver's, the sink's pooled
+    producers) must re-authenticate in place before their next request, else the broker closes
+    them. Nothing may be lost or duplicated, and afterwards every broker's own counters for
+    that listener must show re-authentications and no connection closed for an expired
+    session, no failed re-authentication."""
+    from .conftest import REAUTH_MS
+
+    c = whole_cluster
+    secure = c.client_options()
+    with Run(c, spark, figures, tmp_path, "sasl-ssl") as run:
+        run.start_feed()
+        run.start_stream(**secure)
+        run.start_sink_loop(**secure)
+        run.start_batch_loop(**secure)
+        run.wait_until_busy()
+        restarted = c.rolling_restart()
+        figures.fault("controlled restart", len(restarted))
+        run.log("rolling restart done; traffic goes on for 2.5 sessions on the restarted nodes")
+        time.sleep(2.5 * REAUTH_MS / 1000)
+        # read before finish(): it stops the stream, and the counters start at each restart
+        counters = {node: c.socket_server_metrics(node, "SECURE") for node in c.nodes}
+        run.log(f"SECURE listener counters: {counters}")
+        run.finish()
+    total = {key: int(sum(n[key] for n in counters.values())) for key in next(iter(
+        counters.values()))}
+    figures.notes.append(f"SASL_SSL: {total['successful-authentication-total']} logins, "
+                         f"{total['successful-reauthentication-total']} re-authentications, "
+                         f"{total['expired-connections-killed-count']} closed as expired")
+    assert total["successful-authentication-total"] > 0, counters
+    assert total["successful-reauthentication-total"] > 0, counters
+    assert total["expired-connections-killed-count"] == 0, counters
+    assert total["failed-reauthentication-total"] == 0, counters
 
 
 @GROUP_PROTOCOLS
@@ -509,9 +553,7 @@ def test_stream_planner_frozen_past_the_session_timeout(whole_cluster, spark, fi
         run.finish()
 
 
-def _values(spark_rows) -> "Counter":
-    from collections import Counter
-
+def _values(spark_rows) -> Counter:
     return Counter(value for _, _, value in spark_rows)
 
 
