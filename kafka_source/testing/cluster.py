@@ -66,34 +66,34 @@ single brokers of :mod:`.brokers` and killed at interpreter exit at the latest.
 Cluster state is read with small Metadata and FindCoordinator requests sent straight to one
 node's socket (kafka-python's protocol classes, no client library behaviour in between): the
 harness must be able to ask *a given node* what it believes, and must not depend on the
-connector under test.
+connector under test (:mod:`.cluster_view`). Topics, elections and reassignments go through
+the distribution's tools (:mod:`.cluster_tools`); the SASL_SSL client listener of a cluster
+started with ``secure`` is in :mod:`.cluster_security`, the brokers' JMX counters in
+:mod:`.jmx`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
-import socket
-import struct
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
-from itertools import count
+from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, TypeVar
 
 from .brokers import (BrokerHandle, BrokerStartError, _free_port, _live_brokers, _live_lock,
-                      _tcp_open, _track, create_topic, wait_for_broker)
+                      _tcp_open, _track, wait_for_broker)
 from .cluster_security import SecureListener
+from .cluster_tools import ClusterTools
+# one node's view and the request helpers, also importable from here as before
+from .cluster_view import (KRAFT, ZOOKEEPER, ClusterError, ClusterMetadata,
+                           PartitionState, fetch_metadata, find_coordinator)
 from .jmx import REAUTHENTICATION_METRICS, jmx_options, socket_server_metrics
 
 __all__ = ["ClusterError", "ClusterMetadata", "ClusterNode", "KafkaCluster", "KRAFT",
            "PartitionState", "REPLICATED_DEFAULTS", "SecureListener", "ZOOKEEPER"]
-
-KRAFT = "kraft"
-ZOOKEEPER = "zookeeper"
 
 #: Heap of each broker JVM. Three brokers, a ZooKeeper and Spark share a 2-core machine with
 #: other test runs; 384 MB is plenty for test traffic.
@@ -178,103 +178,6 @@ _NOT_COORDINATOR = 16
 T = TypeVar("T")
 
 
-class ClusterError(BrokerStartError):
-    """A cluster operation or wait did not complete; the message has the node logs' tails."""
-
-
-# --------------------------------------------------------------------------------------------
-# Cluster state, as one node sees it
-# --------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class PartitionState:
-    leader: int                 # -1: no leader
-    replicas: tuple[int, ...]   # in preference order: replicas[0] is the preferred leader
-    isr: tuple[int, ...]
-    error_code: int = 0
-
-
-@dataclass(frozen=True)
-class ClusterMetadata:
-    """What one node answered to Metadata (v7: understood by Kafka 2.2 and 4.0 alike)."""
-
-    node_id: int                                   # the node that answered
-    brokers: frozenset[int]
-    controller_id: int
-    topics: dict[str, dict[int, PartitionState]]   # topics answered without error
-    topic_errors: dict[str, int] = field(default_factory=dict)
-
-    def partition(self, topic: str, partition: int) -> PartitionState | None:
-        return self.topics.get(topic, {}).get(partition)
-
-
-_correlation = count(1)
-
-
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("connection closed by the broker")
-        buf += chunk
-    return bytes(buf)
-
-
-def _roundtrip(address: str, request, response_class, version: int, timeout_s: float = 5.0):
-    """Send one request to ``address`` on a fresh connection and decode its answer."""
-    host, _, port = address.rpartition(":")
-    correlation_id = next(_correlation) & 0x7FFFFFFF
-    request.with_header(correlation_id=correlation_id, client_id="pykafka-cluster-harness")
-    payload = request.encode(version=version, header=True, framed=True)
-    with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
-        sock.settimeout(timeout_s)
-        sock.sendall(payload)
-        (size,) = struct.unpack(">i", _recv_exactly(sock, 4))
-        body = _recv_exactly(sock, size)
-    response = response_class.decode(body, version=version, header=True)
-    if response.header.correlation_id != correlation_id:
-        raise ConnectionError(f"correlation id {response.header.correlation_id} from {address}, "
-                              f"expected {correlation_id}")
-    return response
-
-
-def fetch_metadata(address: str, node_id: int, topics: Iterable[str] | None = None,
-                   timeout_s: float = 5.0) -> ClusterMetadata:
-    """Metadata v7 from the node at ``address`` (all topics unless ``topics``)."""
-    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
-
-    names = None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t)
-                                         for t in topics]
-    response = _roundtrip(address, MetadataRequest(topics=names, allow_auto_topic_creation=False),
-                          MetadataResponse, 7, timeout_s)
-    return parse_metadata(response, node_id)
-
-
-def parse_metadata(response, node_id: int) -> ClusterMetadata:
-    topics: dict[str, dict[int, PartitionState]] = {}
-    errors: dict[str, int] = {}
-    for t in response.topics:
-        if t.error_code:
-            errors[t.name] = t.error_code
-            continue
-        topics[t.name] = {p.partition_index: PartitionState(
-            p.leader_id, tuple(p.replica_nodes), tuple(p.isr_nodes), p.error_code)
-            for p in t.partitions}
-    return ClusterMetadata(node_id, frozenset(b.node_id for b in response.brokers),
-                           response.controller_id, topics, errors)
-
-
-def find_coordinator(address: str, group_id: str, timeout_s: float = 5.0) -> tuple[int, int]:
-    """(error code, coordinator node id) of ``group_id`` asked of the node at ``address``
-    (FindCoordinator v2: Kafka 2.2's newest, still served by 4.0)."""
-    from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
-
-    response = _roundtrip(address, FindCoordinatorRequest(key=group_id, key_type=0),
-                          FindCoordinatorResponse, 2, timeout_s)
-    return response.error_code, response.node_id
-
-
 # --------------------------------------------------------------------------------------------
 # Nodes
 # --------------------------------------------------------------------------------------------
@@ -333,7 +236,7 @@ def properties_text(props: Mapping[str, str]) -> str:
 # The cluster
 # --------------------------------------------------------------------------------------------
 
-class KafkaCluster(BrokerHandle):
+class KafkaCluster(ClusterTools, BrokerHandle):
     """``nodes`` Kafka nodes (ids 1..n) from the distribution at ``kafka_home`` in ``mode``
     (:data:`KRAFT` or :data:`ZOOKEEPER`); see the module docstring.
 
@@ -475,12 +378,17 @@ class KafkaCluster(BrokerHandle):
             env.pop(key, None)
         return env
 
+    def _tool_env(self) -> dict[str, str]:
+        """The environment of the distribution's command-line tools (small heap, own logs)."""
+        return self._env(os.path.join(self.dir or tempfile.gettempdir(), "tool-logs"),
+                         TOOL_HEAP_OPTS)
+
     def _bin(self, script: str) -> str:
         return os.path.join(self.kafka_home, "bin", script)
 
     def _format_storage(self) -> None:
         """KRaft: one cluster id, every node's storage formatted with it (in parallel)."""
-        env = self._env(os.path.join(self.dir, "tool-logs"), TOOL_HEAP_OPTS)
+        env = self._tool_env()
         out = subprocess.run([self._bin("kafka-storage.sh"), "random-uuid"], capture_output=True,
                              text=True, env=env, timeout=120)
         if out.returncode != 0:
@@ -519,7 +427,8 @@ class KafkaCluster(BrokerHandle):
         zk_dir = os.path.join(self.dir, "zookeeper")
         with open(os.path.join(zk_dir, "stdout.log"), "ab") as out:
             self.zookeeper_process = subprocess.Popen(
-                [self._bin("zookeeper-server-start.sh"), os.path.join(zk_dir, "zookeeper.properties")],
+                [self._bin("zookeeper-server-start.sh"),
+                 os.path.join(zk_dir, "zookeeper.properties")],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 env=self._env(os.path.join(zk_dir, "logs"), ZOOKEEPER_HEAP_OPTS),
                 close_fds=True, start_new_session=True)
@@ -570,7 +479,7 @@ class KafkaCluster(BrokerHandle):
                 try:
                     self.secure.add_user_in_zookeeper(
                         self.kafka_home, f"127.0.0.1:{self.zookeeper_port}",
-                        self._env(os.path.join(self.dir, "tool-logs"), TOOL_HEAP_OPTS))
+                        self._tool_env())
                 except RuntimeError as exc:
                     raise ClusterError(str(exc)) from None
                 self._secure_user_added = True
@@ -683,7 +592,7 @@ class KafkaCluster(BrokerHandle):
             threads = int(props.get("num.network.threads", "3"))
             first = names.index(listener) * threads
             processors = range(first, first + threads)
-        env = self._env(os.path.join(self.dir, "tool-logs"), TOOL_HEAP_OPTS)
+        env = self._tool_env()
         try:
             return socket_server_metrics(self.kafka_home, n.jmx_port, listener, attributes,
                                          processors=processors, env=env)
@@ -926,159 +835,6 @@ class KafkaCluster(BrokerHandle):
 
         return self._wait(ask, timeout_s, f"the coordinator of group {group_id!r}",
                           last=lambda: seen[0])
-
-    # -- topics and tools --------------------------------------------------------------------
-
-    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 3,
-                     config: Mapping[str, str] | None = None,
-                     timeout_s: float | None = None) -> None:
-        """Create ``name`` and wait until every running node knows it with a leader and a full
-        ISR for each partition (a client may bootstrap from any of them)."""
-        timeout_s = timeout_s or self.state_timeout_s
-        create_topic(self.live_bootstrap_servers(), name, partitions, timeout_s=timeout_s,
-                     replication_factor=replication_factor, config=dict(config or {}))
-
-        def check(view: ClusterMetadata) -> str | None:
-            parts = view.topics.get(name)
-            if parts is None or len(parts) < partitions:
-                return f"knows {len(parts or ())} partition(s) of {name}"
-            for p, st in parts.items():
-                if st.leader < 0 or len(st.isr) < replication_factor:
-                    return f"{name}-{p} leader {st.leader} isr {list(st.isr)}"
-            return None
-
-        self._wait(self._all_views(check), timeout_s, f"topic {name} on every node",
-                   last=lambda: self._last_problem)
-
-    def _tool(self, script: str, *args: str, timeout_s: float = 120.0) -> str:
-        """Run one of the distribution's tools; its output, or :class:`ClusterError`."""
-        log_dir = os.path.join(self.dir or tempfile.gettempdir(), "tool-logs")
-        cmd = [self._bin(script), *args]
-        try:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
-                                 env=self._env(log_dir, TOOL_HEAP_OPTS), stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired as exc:
-            raise ClusterError(f"{' '.join(cmd)} did not finish within {timeout_s:.0f} s: "
-                               f"{exc.stdout}{exc.stderr}") from None
-        if out.returncode != 0:
-            raise ClusterError(f"{' '.join(cmd)} failed (exit code {out.returncode}):\n"
-                               f"{out.stdout}{out.stderr}")
-        return out.stdout + out.stderr
-
-    def _json_file(self, name: str, content: object) -> str:
-        path = os.path.join(self.dir, f"{name}-{next(_correlation)}.json")
-        with open(path, "w") as f:
-            json.dump(content, f)
-        return path
-
-    def election_command(self, json_path: str) -> list[str]:
-        """The preferred-leader election command of this distribution."""
-        if self.mode == KRAFT:
-            return ["kafka-leader-election.sh", "--bootstrap-server",
-                    self.live_bootstrap_servers(), "--election-type", "PREFERRED",
-                    "--path-to-json-file", json_path]
-        return ["kafka-preferred-replica-election.sh", "--zookeeper",
-                f"127.0.0.1:{self.zookeeper_port}", "--path-to-json-file", json_path]
-
-    def reassign_command(self, json_path: str) -> list[str]:
-        """The reassignment command of this distribution (2.2 talks to ZooKeeper)."""
-        where = (["--bootstrap-server", self.live_bootstrap_servers()] if self.mode == KRAFT
-                 else ["--zookeeper", f"127.0.0.1:{self.zookeeper_port}"])
-        return ["kafka-reassign-partitions.sh", *where, "--reassignment-json-file", json_path,
-                "--execute"]
-
-    def preferred_leader_election(self, topic: str, partitions: Iterable[int] | None = None, *,
-                                  wait: bool = True, timeout_s: float | None = None) -> str:
-        """Move leadership of ``topic``'s partitions (all, or ``partitions``) back to their
-        preferred replica (the first of the replica list), with the distribution's tool; wait
-        (``wait``) until every running node sees the preferred replicas lead. Returns the tool's
-        output."""
-        if partitions is None:
-            partitions = sorted(self.metadata().topics.get(topic, {}))
-        partitions = list(partitions)
-        path = self._json_file("election", {"partitions": [
-            {"topic": topic, "partition": p} for p in partitions]})
-        cmd = self.election_command(path)
-        try:
-            output = self._tool(cmd[0], *cmd[1:])
-        except ClusterError as exc:
-            # Kafka 4.0's tool exits 1 when no partition needed an election.
-            if "already elected" not in str(exc) and "ElectionNotNeeded" not in str(exc):
-                raise
-            output = str(exc)
-        if wait:
-            def check(view: ClusterMetadata) -> str | None:
-                for p in partitions:
-                    st = view.partition(topic, p)
-                    if st is None or st.leader != st.replicas[0]:
-                        return f"{topic}-{p}: {st}"
-                return None
-
-            self._wait(self._all_views(check), timeout_s or self.state_timeout_s,
-                       f"preferred leaders of {topic} {partitions}",
-                       last=lambda: self._last_problem)
-        return output
-
-    def wait_unclean_leader(self, topic: str, partition: int, node: int, *,
-                            timeout_s: float | None = None) -> str:
-        """Wait until ``node`` leads ``topic``-``partition`` after an *unclean* leader election:
-        ``node`` is a replica that was out of the ISR (stopped while the leader went on alone)
-        and was started again after the last in-sync replica died. The topic must allow it
-        (``unclean.leader.election.enable=true``; the cluster's default is false).
-
-        ZooKeeper mode (Kafka 2.2, which has no tool for unclean elections): the controller
-        elects ``node`` by itself when it starts and the partition has no live in-sync replica.
-        KRaft (Kafka 4.0): the controller may do the same when it unfences ``node``; if
-        ``node`` does not lead within 10 s, ``kafka-leader-election.sh --election-type UNCLEAN``
-        asks for it. Returns how the election came about."""
-        timeout_s = timeout_s or self.state_timeout_s
-
-        def leads() -> bool:
-            views = self.views()
-            return bool(views) and all(view.partition(topic, partition) is not None
-                                       and view.partition(topic, partition).leader == node
-                                       for view in views)
-
-        how = "by the controller"
-        deadline = time.monotonic() + (10 if self.mode == KRAFT else timeout_s)
-        while time.monotonic() < deadline and not leads():
-            time.sleep(0.5)
-        if not leads() and self.mode == KRAFT:
-            how = "with kafka-leader-election.sh --election-type UNCLEAN"
-            try:
-                self._tool("kafka-leader-election.sh", "--bootstrap-server",
-                           self.live_bootstrap_servers(), "--election-type", "UNCLEAN",
-                           "--topic", topic, "--partition", str(partition))
-            except ClusterError as exc:
-                if "ElectionNotNeeded" not in str(exc) and "already" not in str(exc):
-                    raise
-        self._wait(leads, timeout_s, f"node {node} to lead {topic}-{partition} after an unclean "
-                   "election", tails=lambda: self._tails([self._node(node)]),
-                   last=lambda: self.describe())
-        return how
-
-    def reassign(self, topic: str, partition: int, replicas: Iterable[int], *, wait: bool = True,
-                 timeout_s: float | None = None) -> str:
-        """Reassign ``topic``-``partition`` to ``replicas`` (in preference order) with
-        kafka-reassign-partitions.sh; wait (``wait``) until every running node lists exactly
-        those replicas, all in sync, with one of them leading. Returns the tool's output."""
-        replicas = [int(r) for r in replicas]
-        path = self._json_file("reassign", {"version": 1, "partitions": [
-            {"topic": topic, "partition": partition, "replicas": replicas}]})
-        cmd = self.reassign_command(path)
-        output = self._tool(cmd[0], *cmd[1:])
-        if wait:
-            def check(view: ClusterMetadata) -> str | None:
-                st = view.partition(topic, partition)
-                if st is None or list(st.replicas) != replicas or set(st.isr) != set(replicas) \
-                        or st.leader not in replicas:
-                    return f"{topic}-{partition}: {st}"
-                return None
-
-            self._wait(self._all_views(check), timeout_s or self.state_timeout_s,
-                       f"{topic}-{partition} reassigned to {replicas}",
-                       last=lambda: self._last_problem)
-        return output
 
     def describe(self) -> str:
         """A one-look summary for failure messages: nodes up/down, and each partition's leader,
