@@ -246,12 +246,12 @@ def test_rolling_restart_through_a_sasl_ssl_listener(whole_cluster, spark, figur
         # read before finish(): it stops the stream, and the counters start at each restart
         counters = {node: c.socket_server_metrics(node, "SECURE") for node in c.nodes}
         run.log(f"SECURE listener counters: {counters}")
+        total = {key: int(sum(n[key] for n in counters.values()))
+                 for key in next(iter(counters.values()))}
+        figures.notes.append(f"SASL_SSL: {total['successful-authentication-total']} logins, "
+                             f"{total['successful-reauthentication-total']} re-authentications, "
+                             f"{total['expired-connections-killed-count']} closed as expired")
         run.finish()
-    total = {key: int(sum(n[key] for n in counters.values())) for key in next(iter(
-        counters.values()))}
-    figures.notes.append(f"SASL_SSL: {total['successful-authentication-total']} logins, "
-                         f"{total['successful-reauthentication-total']} re-authentications, "
-                         f"{total['expired-connections-killed-count']} closed as expired")
     assert total["successful-authentication-total"] > 0, counters
     assert total["successful-reauthentication-total"] > 0, counters
     assert total["expired-connections-killed-count"] == 0, counters
