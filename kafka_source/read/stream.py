@@ -60,8 +60,9 @@ process before PySpark's runner reaches ``stop()``, so the member stayed in the 
 ``kafka.session.timeout.ms`` passed and the other members waited that long for its partitions.
 Once this process has joined a group, SIGTERM instead unwinds the runner (``SystemExit``), whose
 ``finally`` calls :meth:`KafkaStreamReader.stop`: LeaveGroup goes out, the group rebalances at
-once. Further SIGTERMs are ignored meanwhile, so that they cannot cut the LeaveGroup short; the
-LeaveGroup itself is bounded (:meth:`kafka_source.group.member.GroupMember.leave`). A static
+once. Further SIGTERMs are ignored meanwhile, so that they cannot cut the LeaveGroup short; a
+SIGTERM that comes when the runner, having seen the closed socket first, is already in
+``stop()`` is held back until ``stop()`` is done. The LeaveGroup itself is bounded (:meth:`kafka_source.group.member.GroupMember.leave`). A static
 member (``kafka.group.instance.id``) sends no LeaveGroup, as Java's consumer: the group keeps its
 partitions for it until ``kafka.session.timeout.ms``, and the query restarted within that time
 gets them back with no rebalance, restarting from its checkpoint as always.
@@ -78,6 +79,7 @@ member or the restarted query; the checkpoint holds the query's own position.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import signal
@@ -352,13 +354,14 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
 
     def stop(self) -> None:
         # Nothing is committed here: the last planned batch may not have completed.
-        try:
-            if self._member is not None:
-                self._member.close(retry_commit=not self._unreachable)
-        finally:
-            if self._client is not None:
-                self._client.close()
-                self._client = None
+        with _sigterm_held_back():
+            try:
+                if self._member is not None:
+                    self._member.close(retry_commit=not self._unreachable)
+            finally:
+                if self._client is not None:
+                    self._client.close()
+                    self._client = None
 
     # --- steps of a trigger -------------------------------------------------------------------
 
@@ -633,6 +636,11 @@ def _describe(partitions) -> str:
 __all__ = ["KafkaStreamReader", "encode_offsets", "decode_offsets"]
 
 
+def _on_sigterm(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)   # the next one must not cut stop() short
+    raise SystemExit(128 + signum)
+
+
 def _exit_on_sigterm() -> None:
     """Make SIGTERM unwind this process (``SystemExit``) instead of killing it, so that the
     runner's ``finally`` calls ``stop()`` and the member leaves the group (module docstring).
@@ -641,9 +649,28 @@ def _exit_on_sigterm() -> None:
     if threading.current_thread() is not threading.main_thread() \
             or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         return
+    signal.signal(signal.SIGTERM, _on_sigterm)
 
-    def on_sigterm(signum, frame):
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)   # the next one must not cut stop() short
-        raise SystemExit(128 + signum)
 
-    signal.signal(signal.SIGTERM, on_sigterm)
+@contextlib.contextmanager
+def _sigterm_held_back():
+    """A SIGTERM that arrives while ``stop()`` runs takes effect when it has finished.
+
+    Spark closes the planning process's socket and then SIGTERMs it. Usually the signal wins
+    and unwinds the runner into ``stop()``; but when the runner saw the closed socket first, it
+    was already in ``stop()`` when the signal came, and ``SystemExit`` cut the leave short
+    (found in CI on a loaded machine: a consumer-protocol member still in its group 30 s after
+    ``query.stop()``, until its session timeout). Only where :func:`_exit_on_sigterm` installed
+    its handler; the handler runs afterwards, so the process still exits."""
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGTERM) is not _on_sigterm:
+        yield
+        return
+    received: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        if received:
+            _on_sigterm(received[0], None)

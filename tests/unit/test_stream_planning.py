@@ -1622,3 +1622,48 @@ def test_a_query_failing_because_kafka_is_gone_leaves_without_retrying_its_commi
         assert made_again == 0 and took < 1.0, (made_again, took)
     else:                                # retried until kafka.default.api.timeout.ms, as before
         assert made_again > 0 and took >= 1.4, (made_again, took)
+
+
+def test_a_sigterm_during_stop_takes_effect_once_the_member_has_left():
+    """Spark closes the planning process's socket, then SIGTERMs it. When the runner saw the
+    closed socket first it is already in stop() when the signal comes; the SystemExit of the
+    reader's SIGTERM handler cut the leave short there (CI: a consumer-protocol member still in
+    its group 30 s after query.stop()). Now the leave finishes, the client is closed, and then
+    the process exits as the signal asked."""
+    import os
+    import signal
+
+    class SignalledWhileClosing(FakeMember):
+        def close(self, *, retry_commit=True):
+            os.kill(os.getpid(), signal.SIGTERM)     # delivered at the next bytecode
+            for _ in range(1000):
+                pass
+            super().close(retry_commit=retry_commit)
+
+    cluster = Cluster({T0: 10})
+    member = SignalledWhileClosing([T0])
+    reader = make_reader(cluster, member, startingOffsets="earliest")
+    Spark(reader).trigger()
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        stream_module._exit_on_sigterm()
+        assert signal.getsignal(signal.SIGTERM) is stream_module._on_sigterm
+        with pytest.raises(SystemExit) as exited:
+            reader.stop()
+        assert exited.value.code == 128 + signal.SIGTERM
+        assert member.closed and member.left == ["closed"] and cluster.closed
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN   # a second one: ignored
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_stop_outside_the_planning_process_leaves_sigterm_alone():
+    """No handler of the reader's installed (a test, a thread): stop() changes nothing."""
+    import signal
+
+    cluster = Cluster({T0: 10})
+    member = FakeMember([T0])
+    reader = make_reader(cluster, member, startingOffsets="earliest")
+    previous = signal.getsignal(signal.SIGTERM)
+    reader.stop()
+    assert member.closed and signal.getsignal(signal.SIGTERM) is previous
