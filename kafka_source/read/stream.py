@@ -62,7 +62,8 @@ Once this process has joined a group, SIGTERM instead unwinds the runner (``Syst
 ``finally`` calls :meth:`KafkaStreamReader.stop`: LeaveGroup goes out, the group rebalances at
 once. Further SIGTERMs are ignored meanwhile, so that they cannot cut the LeaveGroup short; a
 SIGTERM that comes when the runner, having seen the closed socket first, is already in
-``stop()`` is held back until ``stop()`` is done. The LeaveGroup itself is bounded (:meth:`kafka_source.group.member.GroupMember.leave`). A static
+``stop()`` is held back until ``stop()`` is done. The LeaveGroup itself is bounded
+(:meth:`kafka_source.group.member.GroupMember.leave`). A static
 member (``kafka.group.instance.id``) sends no LeaveGroup, as Java's consumer: the group keeps its
 partitions for it until ``kafka.session.timeout.ms``, and the query restarted within that time
 gets them back with no rebalance, restarting from its checkpoint as always.
