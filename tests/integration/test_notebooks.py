@@ -13,6 +13,7 @@ import re
 import sys
 
 import nbformat
+import pytest
 from ipykernel.kernelspec import write_kernel_spec
 from nbclient import NotebookClient
 
@@ -30,6 +31,7 @@ def outputs(nb, output_type: str):
                 yield out
 
 
+@pytest.mark.once     # two minutes of its own timeline: CI runs it on Kafka 4.0 (pass 1) only
 def test_quickstart_notebook_runs_top_to_bottom(bootstrap_servers, tmp_path, monkeypatch):
     for key, value in fresh_env().items():
         monkeypatch.setenv(key, value)
