@@ -199,7 +199,7 @@ def test_rolling_restart_of_all_brokers(whole_cluster, spark, figures, tmp_path,
     traffic has gone on for 2.5 sessions past the last restart, must show re-authentications,
     no connection closed for an expired session and no failed re-authentication. The consumer
     protocol's variant goes through the PLAINTEXT listener, as the other scenarios do: through
-    SASL_SSL, 2 of its 3 runs here had one connection closed as expired (not explained yet)."""
+    SASL_SSL, 2 of its 6 runs here had one connection closed as expired (not explained yet)."""
     from .conftest import REAUTH_MS
 
     c = whole_cluster
