@@ -409,6 +409,57 @@ def test_oauthbearer_connections_outlive_their_tokens(secured, caplog):
     assert "re-authentication failed" not in caplog.text
 
 
+def test_requests_reauthenticate_in_time_when_the_timer_is_late(secured, caplog, monkeypatch):
+    """The driver's pattern: a request sent without waiting (the commit at the end of a
+    micro-batch), an idle spell, then the wait for its answer (at the next micro-batch), and a
+    request that waits. kafka-python's re-authentication timer is made late, as a response
+    processed late makes it (see kafka_source.wire.net.reauth): 120% of the session's lifetime
+    instead of 85-95%. Requests must still re-authenticate before the broker's end of the
+    session, by the connector's own clock. Without it, the first request after the end closed
+    the connection ('socket disconnected')."""
+    import random
+    import types
+
+    import kafka.net.connection as kafka_connection
+    from kafka.protocol.metadata import MetadataRequest
+
+    monkeypatch.setattr(kafka_connection, "random", types.SimpleNamespace(uniform=lambda a, b: 1.2))
+    caplog.set_level(logging.DEBUG, logger="kafka.net.connection")
+    lifetime_s, run_s = 4, 14
+    idle = random.Random(7)
+    failures, sent = [], 0
+    with TokenEndpoint({CLIENT_ID: CLIENT_SECRET}, lifetime_s=lifetime_s) as idp:
+        options = {**security_options(secured, "sasl-ssl-oauthbearer-client-credentials"),
+                   "kafka.sasl.oauthbearer.token.endpoint.url": idp.url}
+        with BrokerClient(client_config_from_options(options)) as client:
+            client.metadata([secured["topic"]])
+            node = client.last_node
+            deadline = time.monotonic() + run_s
+            while time.monotonic() < deadline:
+                request = MetadataRequest(
+                    topics=[MetadataRequest.MetadataRequestTopic(name=secured["topic"])],
+                    allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
+                    include_topic_authorized_operations=False)
+                future = client.send_now(node, request)
+                sent += 1
+                time.sleep(idle.uniform(0.1, 0.9))
+                settle_by = time.monotonic() + 10
+                while not future.is_done and time.monotonic() < settle_by:
+                    client.poll(100)
+                if not future.succeeded():
+                    failures.append(f"request {sent}: {future.exception!r}")
+                try:
+                    client.metadata([secured["topic"]], node=node)
+                except Exception as exc:  # noqa: BLE001 - counted and reported below
+                    failures.append(f"metadata after request {sent}: {exc!r}")
+    reauthentications = caplog.text.count("Beginning SASL re-authentication")
+    assert not failures, failures
+    assert sent >= 10
+    # sessions of at most 4 s (a token's rest), re-authenticated at 80% by the connector's clock
+    assert reauthentications >= run_s // lifetime_s, reauthentications
+    assert "re-authentication failed" not in caplog.text
+
+
 def test_jks_store_is_refused_when_the_dataframe_is_defined(spark, secured):
     path = secured["truststore.jks"]
     options = {**security_options(secured, "tls-pkcs12-truststore"), "subscribe": secured["topic"],
@@ -552,3 +603,4 @@ def test_no_secret_in_offsets_or_checkpoints(leak_run):
         assert_no_secret(open(f, "rb").read().decode("utf-8", "replace"), leak_run["secrets"],
                          f"checkpoint file {os.path.relpath(f, leak_run['checkpoint'])}")
     assert_no_secret(leak_run["sections"]["offsets"], leak_run["secrets"], "offsets")
+

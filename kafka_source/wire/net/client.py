@@ -53,6 +53,7 @@ from ...errors import (BrokerSecurityError, BrokerUnavailableError, BrokerUnreac
 from .handshake import ConnectionManager
 from .metadata_view import MetadataView, UnconfirmedAnswer, confirm_ms_for
 from .oauth import token_provider
+from .reauth import reauthentication_due, start_reauthentication
 from .tls import ssl_context
 
 log = logging.getLogger(__name__)
@@ -276,17 +277,14 @@ class BrokerClient:
         ``exp``, or ``connections.max.reauth.ms``; KIP-368): a request that arrives after that
         makes it close the connection, while a re-authentication is still accepted.
         kafka-python re-authenticates on a timer of its event loop, which runs only while this
-        client polls; a client idle between micro-batches would otherwise send its next request
-        first and lose the connection. Java's client re-authenticates before sending for the
-        same reason. Running the loop once runs the overdue timer, and kafka-python holds the
-        request until the re-authentication is done."""
-        try:
-            reauth = self._connections._conns[node_id]._reauth
-            task = reauth.task
-            due = task is not None and task.scheduled_at <= time.monotonic()
-        except (AttributeError, KeyError, TypeError):   # no such connection, or no SASL
-            return
-        if due:
+        client polls, and which can be late (:mod:`kafka_source.wire.net.reauth`); a client
+        idle between micro-batches would otherwise send its next request first and lose the
+        connection. Java's client re-authenticates before sending for the same reason. Running
+        the loop once starts the exchange, and kafka-python holds the request until it is
+        done."""
+        conn = self._connections._conns.get(node_id)
+        if conn is not None and reauthentication_due(conn):
+            start_reauthentication(conn)
             self._net._net.poll(timeout_ms=0)
 
     def _not_connected(self, node_id, started: float) -> str:

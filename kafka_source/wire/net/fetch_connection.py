@@ -71,6 +71,7 @@ from .fetch_protocol import (MAX_FETCH_VERSION, MIN_FETCH_VERSION, SESSION_VERSI
                              encode_fetch_request, parse_fetch_response, records_sizes,
                              response_header_size)
 from .fetch_session import FetchSession
+from .reauth import REAUTH_AT, session_clock
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,6 @@ _INITIAL_BUFFER = 1 << 20
 _SHRINK_AFTER = 8            # responses in a row that needed at most ...
 _SHRINK_SHARE = 4            # ... a quarter of the buffer: it is replaced by a smaller one
 _PEEK_BYTES = 64 << 10       # read of a too large response to name its partition
-_REAUTH_FRACTION = 0.85      # reconnect at this share of the SASL session lifetime (as Java's 85-95%)
 
 
 class FetchResponseTooLargeError(KafkaSourceError):
@@ -161,8 +161,10 @@ class FetchConnection:
             raise BrokerUnavailableError(
                 f"Broker {node_id} at {host}:{port} supports Fetch only up to v{fetch_version}; "
                 f"pykafka needs v{MIN_FETCH_VERSION} or later (Kafka 0.11+, 2.2+ supported).")
-        expires_at = time.monotonic() + _REAUTH_FRACTION * lifetime_ms / 1000 if lifetime_ms \
-            else float("inf")
+        # replaced at REAUTH_AT of the session, counted from when the broker can have begun it
+        clock = session_clock(conn)
+        began = clock.began if clock is not None and clock.began is not None else time.monotonic()
+        expires_at = began + REAUTH_AT * lifetime_ms / 1000 if lifetime_ms else float("inf")
         log.debug("fetch connection to broker %s at %s:%d: Fetch v%d", node_id, host, port,
                   fetch_version)
         return cls(sock, node_id=node_id, version=fetch_version,

@@ -46,6 +46,7 @@ from kafka.net.transport import KafkaSSLTransport, KafkaTCPTransport
 from kafka.protocol.sasl import SaslAuthenticateRequest
 
 from ...errors import BrokerSecurityError
+from .reauth import track_sessions
 
 log = logging.getLogger(__name__)
 
@@ -201,6 +202,7 @@ class ConnectionManager(KafkaConnectionManager):
         return transport
 
     async def _connect(self, node, conn, *args, **kwargs):
+        track_sessions(conn)    # before it authenticates: see kafka_source.wire.net.reauth
         fatal: list[BrokerSecurityError] = []
 
         def setup_failed(exc):

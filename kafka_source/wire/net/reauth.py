@@ -1,0 +1,135 @@
+"""SASL sessions that end (KIP-368): re-authenticate before the broker's deadline, by our clock.
+
+A broker ends each SASL session a fixed time after it authenticated the client: after
+``connections.max.reauth.ms`` on the listener, or at an OAUTHBEARER token's ``exp``. A
+re-authentication is accepted after that; any other request the broker reads after it makes the
+broker close the connection (its ``expired-connections-killed-count``), and whatever was in
+flight on that connection fails: a commit, a Produce, a Fetch.
+
+kafka-python re-authenticates on a timer of its event loop, set to 85-95% of the session's
+lifetime counted from the moment it *processed* the last SaslAuthenticate response. For a client
+like this connector's, that timer can be late twice over:
+
+* The loop runs only while the client polls. The driver is idle between micro-batches, so an
+  overdue timer fires only at the next poll, and the request that poll is for may go out first.
+* The count starts late when the response was processed late: a response that arrived while
+  nobody polled (the driver's commit goes out at the end of one micro-batch and is settled at the
+  next), or a broker slowed by a rolling restart on busy machines, leaves the client believing its
+  session began later than it did. With 10 s sessions the timer's 5-15% margin is 0.5-1.5 s, and
+  one such delay used it up: 1 in 10 runs of the rolling-restart scenario lost the driver's
+  coordinator connection this way (an OffsetCommit read after the session's end).
+
+Java's client does not meet the first (its network thread always polls) and re-authenticates
+before a request too. So each connection here gets a :class:`SessionClock` (:func:`track_sessions`,
+installed by the connection manager before the connection authenticates). It notes when the last
+SaslAuthenticate request of each exchange was *sent*: the broker begins the session only after it
+has read that request, so the note is never late, whatever delays the response. Before each
+request, :func:`reauthenticate_if_due` starts the re-authentication once :data:`REAUTH_AT` of
+the lifetime has passed by that clock, or kafka-python's own timer is due. kafka-python then holds
+the request until the re-authentication is done and sends it after, which the broker accepts.
+
+This relies on a few private parts of kafka-python 3's connection (``_send_request``,
+``_sasl_authenticate``, ``_reauth``); where they are missing, connections work as kafka-python
+makes them and only this early start is lost (logged once at DEBUG).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslBytesRequest
+
+log = logging.getLogger(__name__)
+
+# Share of a session's lifetime after which a request first re-authenticates. Java's client and
+# kafka-python re-authenticate at 85-95%, jittered so that many connections do not all do it at
+# once; requests check earlier, by a clock that is never late, and leave 20% (2 s of a 10 s
+# session, 12 minutes of an hour) for the request and the re-authentication to reach the broker.
+REAUTH_AT = 0.8
+
+_AUTH_REQUESTS = (SaslAuthenticateRequest, SaslBytesRequest)
+_ATTRIBUTE = "_pykafka_session_clock"
+
+
+class SessionClock:
+    """When a connection's current SASL session began, at the latest by the broker's clock:
+    the time its last SaslAuthenticate request was sent (``began``, ``time.monotonic()``; None
+    before the first successful exchange)."""
+
+    __slots__ = ("began", "_sent")
+
+    def __init__(self):
+        self.began: float | None = None
+        self._sent: float | None = None
+
+    def expires_in(self, lifetime_ms: int, now: float) -> float | None:
+        """Seconds until the session ends by this clock (negative once it has), or None when
+        it does not end (no SASL, or a broker that does not end sessions)."""
+        if self.began is None or not lifetime_ms:
+            return None
+        return self.began + lifetime_ms / 1000 - now
+
+
+def track_sessions(conn) -> None:
+    """Give the kafka-python connection ``conn`` a :class:`SessionClock`, before it
+    authenticates: every SASL exchange on it (the first and each re-authentication) sets the
+    clock when it succeeds."""
+    clock = SessionClock()
+    try:
+        send_request = conn._send_request
+        authenticate = conn._sasl_authenticate
+    except AttributeError as exc:
+        log.debug("kafka-python's connection has no %s: SASL sessions are re-authenticated on "
+                  "kafka-python's own timer only", exc)
+        return
+
+    def timed_send(request, *args, **kwargs):
+        if isinstance(request, _AUTH_REQUESTS):
+            clock._sent = time.monotonic()
+        return send_request(request, *args, **kwargs)
+
+    async def timed_authenticate(*args, **kwargs):
+        clock._sent = None
+        result = await authenticate(*args, **kwargs)
+        if clock._sent is not None:
+            clock.began = clock._sent
+        return result
+
+    conn._send_request = timed_send
+    conn._sasl_authenticate = timed_authenticate
+    setattr(conn, _ATTRIBUTE, clock)
+
+
+def session_clock(conn) -> SessionClock | None:
+    return getattr(conn, _ATTRIBUTE, None)
+
+
+def reauthentication_due(conn, now: float | None = None) -> bool:
+    """Whether a request on ``conn`` should wait for a re-authentication started now: the
+    session has reached :data:`REAUTH_AT` of its lifetime by ``conn``'s :class:`SessionClock`,
+    or kafka-python's own timer is overdue. False for a connection without SASL, whose broker
+    does not end sessions, that is closed, or that is re-authenticating already."""
+    reauth = getattr(conn, "_reauth", None)
+    if reauth is None or getattr(conn, "closed", True) or reauth.is_reauthenticating:
+        return False
+    now = time.monotonic() if now is None else now
+    task = reauth.task
+    scheduled_at = getattr(task, "scheduled_at", None)
+    if scheduled_at is not None and scheduled_at <= now:
+        return True
+    clock = session_clock(conn)
+    lifetime_ms = reauth.session_lifetime_ms
+    left = None if clock is None else clock.expires_in(lifetime_ms, now)
+    return left is not None and left <= (1 - REAUTH_AT) * lifetime_ms / 1000
+
+
+def start_reauthentication(conn) -> None:
+    """Run ``conn``'s re-authentication at the event loop's next turn instead of at its timer
+    (which is cancelled: the exchange schedules the next one when it is done). The caller
+    then polls once, which starts it; kafka-python holds requests sent meanwhile."""
+    reauth = conn._reauth
+    task = reauth.task
+    if task is not None:
+        conn.net.cancel(task)
+    reauth._task = conn.net.call_soon(reauth._run)
