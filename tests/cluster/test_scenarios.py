@@ -189,28 +189,24 @@ def test_rolling_restart_of_all_brokers(whole_cluster, spark, figures, tmp_path,
     up to three times; with the consumer protocol the coordinator holds the member's epoch and
     assignment too, which the next one loads from ``__consumer_offsets``.
 
-    With the classic protocol every reader and writer reaches the cluster only through its
-    SASL_SSL listener (SCRAM-SHA-512, a private CA), whose brokers end every SASL session after
-    ``REAUTH_MS`` (KIP-368), as production clusters with an external listener are set up. Each
-    moved leader and coordinator is then reached over a new authenticated TLS connection, and
-    connections that live longer than a session (the driver's, the sink's pooled producers) must
+    Every reader and writer reaches the cluster only through its SASL_SSL listener
+    (SCRAM-SHA-512, a private CA), whose brokers end every SASL session after ``REAUTH_MS``
+    (KIP-368), as production clusters with an external listener are set up. Each moved leader
+    and coordinator is then reached over a new authenticated TLS connection, and connections
+    that live longer than a session (the driver's, the sink's pooled producers) must
     re-authenticate in place before their next request, else the broker closes them. So besides
     nothing lost or duplicated, every broker's own counters for that listener, read after
     traffic has gone on for 2.5 sessions past the last restart, must show re-authentications,
-    no failed re-authentication and at most one connection closed for an expired session.
-
-    At most one, not none, for a known bug not fixed yet: the driver's asynchronous OffsetCommit
-    now and then reaches the coordinator after its connection's session ended (the broker's
-    log: "Disconnecting expired channel ... apiKey=OFFSET_COMMIT, apiVersion=8,
-    clientId=pykafka"), in 1 of 10 classic runs and 2 of 6 consumer-protocol runs here; the
-    commit is then made again at the next trigger. Without the re-authentication before each
-    request (21ec177) 4 connections were closed and the stream stalled, which this still fails
-    on. The consumer protocol's variant goes through the PLAINTEXT listener, as the other
-    scenarios do."""
+    none failed and no connection closed for an expired session. Without the re-authentication
+    before each request (21ec177) 4 connections were closed and the stream stalled; with it but
+    on kafka-python's timer alone, the driver's asynchronous OffsetCommit now and then reached
+    the coordinator after its session's end (1 of 10 classic runs, 2 of 6 consumer-protocol
+    runs: "Disconnecting expired channel ... apiKey=OFFSET_COMMIT" in the broker's log), which
+    the connector's own session clock (kafka_source.wire.net.reauth) ended."""
     from .conftest import REAUTH_MS
 
     c = whole_cluster
-    secure = c.client_options() if group_protocol == "classic" else {}
+    secure = c.client_options()
     with Run(c, spark, figures, tmp_path, "rolling") as run:
         run.start_feed()
         run.start_stream(group_protocol=group_protocol, **secure)
@@ -219,10 +215,6 @@ def test_rolling_restart_of_all_brokers(whole_cluster, spark, figures, tmp_path,
         run.wait_until_busy()
         restarted = c.rolling_restart()
         figures.fault("controlled restart", len(restarted))
-        if not secure:
-            time.sleep(2)
-            run.finish()
-            return
         run.log("rolling restart done; traffic goes on for 2.5 sessions on the restarted nodes")
         time.sleep(2.5 * REAUTH_MS / 1000)
         # read before finish(): it stops the stream, and the counters start at each restart
@@ -236,7 +228,7 @@ def test_rolling_restart_of_all_brokers(whole_cluster, spark, figures, tmp_path,
         run.finish()
     assert total["successful-authentication-total"] > 0, counters
     assert total["successful-reauthentication-total"] > 0, counters
-    assert total["expired-connections-killed-count"] <= 1, counters     # the known bug above
+    assert total["expired-connections-killed-count"] == 0, counters
     assert total["failed-reauthentication-total"] == 0, counters
 
 
