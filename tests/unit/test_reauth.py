@@ -13,8 +13,9 @@ from types import SimpleNamespace
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
-from kafka_source.wire.net.reauth import (REAUTH_AT, reauthentication_due, session_clock,
-                                          start_reauthentication, track_sessions)
+from kafka_source.wire.net.reauth import (REAUTH_AT, reauthenticate_at, reauthentication_due,
+                                          session_clock, start_reauthentication,
+                                          track_sessions)
 
 
 class FakeNet:
@@ -105,6 +106,18 @@ def test_due_at_reauth_at_of_the_lifetime_by_our_clock_though_the_timer_is_later
     assert not reauthentication_due(conn, now=began + REAUTH_AT * lifetime_s - 0.01)
     assert reauthentication_due(conn, now=began + REAUTH_AT * lifetime_s + 0.01)
     assert reauthentication_due(conn, now=began + lifetime_s + 5)
+
+
+def test_when_to_reauthenticate_or_replace_a_connection():
+    conn = FakeConnection()
+    authenticated(conn)
+    began = session_clock(conn).began
+    assert reauthenticate_at(conn) == began + REAUTH_AT * 10     # 10 s sessions
+    untracked = FakeConnection()                 # no exchange seen: counted from now
+    untracked._reauth.session_lifetime_ms = 10_000
+    assert reauthenticate_at(untracked, now=100.0) == 100.0 + REAUTH_AT * 10
+    endless = FakeConnection()                   # no SASL, or sessions that do not end
+    assert reauthenticate_at(endless) == float("inf")
 
 
 def test_due_when_the_timer_is_overdue():

@@ -71,7 +71,7 @@ from .fetch_protocol import (MAX_FETCH_VERSION, MIN_FETCH_VERSION, SESSION_VERSI
                              encode_fetch_request, parse_fetch_response, records_sizes,
                              response_header_size)
 from .fetch_session import FetchSession
-from .reauth import REAUTH_AT, session_clock
+from .reauth import reauthenticate_at
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,8 @@ class FetchConnection:
             sock = conn.transport._sock
             fetch_version = conn.broker_version_data.api_version(
                 FetchRequest, max_version=MAX_FETCH_VERSION)
-            lifetime_ms = getattr(getattr(conn, "_reauth", None), "session_lifetime_ms", 0) or 0
+            # replaced before its SASL session ends, by the clock that is never late
+            expires_at = reauthenticate_at(conn)
         except AttributeError as exc:
             # The few private parts of kafka-python 3's network layer used above moved.
             net.close()
@@ -161,10 +162,6 @@ class FetchConnection:
             raise BrokerUnavailableError(
                 f"Broker {node_id} at {host}:{port} supports Fetch only up to v{fetch_version}; "
                 f"pykafka needs v{MIN_FETCH_VERSION} or later (Kafka 0.11+, 2.2+ supported).")
-        # replaced at REAUTH_AT of the session, counted from when the broker can have begun it
-        clock = session_clock(conn)
-        began = clock.began if clock is not None and clock.began is not None else time.monotonic()
-        expires_at = began + REAUTH_AT * lifetime_ms / 1000 if lifetime_ms else float("inf")
         log.debug("fetch connection to broker %s at %s:%d: Fetch v%d", node_id, host, port,
                   fetch_version)
         return cls(sock, node_id=node_id, version=fetch_version,

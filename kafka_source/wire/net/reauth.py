@@ -24,13 +24,13 @@ before a request too. So each connection here gets a :class:`SessionClock` (:fun
 installed by the connection manager before the connection authenticates). It notes when the last
 SaslAuthenticate request of each exchange was *sent*: the broker begins the session only after it
 has read that request, so the note is never late, whatever delays the response. Before each
-request, :func:`reauthenticate_if_due` starts the re-authentication once :data:`REAUTH_AT` of
-the lifetime has passed by that clock, or kafka-python's own timer is due. kafka-python then holds
+request, the client starts the re-authentication once :data:`REAUTH_AT` of the lifetime has
+passed by that clock (:func:`reauthentication_due`), or kafka-python's own timer is due. kafka-python then holds
 the request until the re-authentication is done and sends it after, which the broker accepts.
 
 This relies on a few private parts of kafka-python 3's connection (``_send_request``,
 ``_sasl_authenticate``, ``_reauth``); where they are missing, connections work as kafka-python
-makes them and only this early start is lost (logged once at DEBUG).
+makes them and only this early start is lost (logged at DEBUG for each connection).
 """
 
 from __future__ import annotations
@@ -62,13 +62,6 @@ class SessionClock:
     def __init__(self):
         self.began: float | None = None
         self._sent: float | None = None
-
-    def expires_in(self, lifetime_ms: int, now: float) -> float | None:
-        """Seconds until the session ends by this clock (negative once it has), or None when
-        it does not end (no SASL, or a broker that does not end sessions)."""
-        if self.began is None or not lifetime_ms:
-            return None
-        return self.began + lifetime_ms / 1000 - now
 
 
 def track_sessions(conn) -> None:
@@ -105,23 +98,34 @@ def session_clock(conn) -> SessionClock | None:
     return getattr(conn, _ATTRIBUTE, None)
 
 
+def reauthenticate_at(conn, now: float | None = None) -> float:
+    """When ``conn`` should re-authenticate (a fetch connection: be replaced), as
+    ``time.monotonic()``: at :data:`REAUTH_AT` of its session's lifetime by its
+    :class:`SessionClock`, counted from ``now`` when the clock has seen no exchange (a
+    kafka-python without the hooks). Infinity for a connection without SASL or whose broker does
+    not end sessions."""
+    lifetime_ms = getattr(getattr(conn, "_reauth", None), "session_lifetime_ms", 0) or 0
+    if not lifetime_ms:
+        return float("inf")
+    began = getattr(session_clock(conn), "began", None)
+    if began is None:
+        began = time.monotonic() if now is None else now
+    return began + REAUTH_AT * lifetime_ms / 1000
+
+
 def reauthentication_due(conn, now: float | None = None) -> bool:
     """Whether a request on ``conn`` should wait for a re-authentication started now: the
-    session has reached :data:`REAUTH_AT` of its lifetime by ``conn``'s :class:`SessionClock`,
-    or kafka-python's own timer is overdue. False for a connection without SASL, whose broker
-    does not end sessions, that is closed, or that is re-authenticating already."""
+    session has reached :func:`reauthenticate_at`, or kafka-python's own timer is overdue. False
+    for a connection without SASL, whose broker does not end sessions, that is closed, or that
+    is re-authenticating already."""
     reauth = getattr(conn, "_reauth", None)
     if reauth is None or getattr(conn, "closed", True) or reauth.is_reauthenticating:
         return False
     now = time.monotonic() if now is None else now
-    task = reauth.task
-    scheduled_at = getattr(task, "scheduled_at", None)
+    scheduled_at = getattr(reauth.task, "scheduled_at", None)
     if scheduled_at is not None and scheduled_at <= now:
         return True
-    clock = session_clock(conn)
-    lifetime_ms = reauth.session_lifetime_ms
-    left = None if clock is None else clock.expires_in(lifetime_ms, now)
-    return left is not None and left <= (1 - REAUTH_AT) * lifetime_ms / 1000
+    return now >= reauthenticate_at(conn, now)
 
 
 def start_reauthentication(conn) -> None:
