@@ -33,13 +33,17 @@ import glob
 import json
 import logging
 import os
+import random
 import subprocess
 import sys
 import time
+import types
 import uuid
 from pathlib import Path
 
+import kafka.net.connection as kafka_connection
 import pytest
+from kafka.protocol.metadata import MetadataRequest
 
 from kafka_source.config.client_config import client_config_from_options
 from kafka_source.errors import BrokerSecurityError
@@ -417,15 +421,9 @@ def test_requests_reauthenticate_in_time_when_the_timer_is_late(secured, caplog,
     instead of 85-95%. Requests must still re-authenticate before the broker's end of the
     session, by the connector's own clock. Without it, the first request after the end closed
     the connection ('socket disconnected')."""
-    import random
-    import types
-
-    import kafka.net.connection as kafka_connection
-    from kafka.protocol.metadata import MetadataRequest
-
     monkeypatch.setattr(kafka_connection, "random", types.SimpleNamespace(uniform=lambda a, b: 1.2))
     caplog.set_level(logging.DEBUG, logger="kafka.net.connection")
-    lifetime_s, run_s = 4, 14
+    lifetime_s, run_s = 6, 18
     idle = random.Random(7)
     failures, sent = [], 0
     with TokenEndpoint({CLIENT_ID: CLIENT_SECRET}, lifetime_s=lifetime_s) as idp:
@@ -603,4 +601,3 @@ def test_no_secret_in_offsets_or_checkpoints(leak_run):
         assert_no_secret(open(f, "rb").read().decode("utf-8", "replace"), leak_run["secrets"],
                          f"checkpoint file {os.path.relpath(f, leak_run['checkpoint'])}")
     assert_no_secret(leak_run["sections"]["offsets"], leak_run["secrets"], "offsets")
-
