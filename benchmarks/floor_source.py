@@ -23,6 +23,11 @@ Options (all strings): ``topic``, ``counts`` (JSON ``{"partition": records}``), 
 ``parallelism`` (Spark's default parallelism, as ``kafka_source.register`` gives pykafka),
 ``batchBytes``, ``maxOffsetsPerTrigger`` (streams), and ``pykafka.<option>`` for pykafka planning
 options (``minPartitions``, ``maxRecordsPerPartition``, ``maxPartitions``) given to both.
+
+With ``fetchFrom`` (bootstrap servers) it is the *fetch floor*: the same batches, yielded as
+pykafka's own fetch loop brings the task's ranges from the broker, whose bytes are not decoded
+(:func:`fetched_floor_batches`). Between the floor and it lies what any Kafka reader pays on the
+machine (the broker's sending, the kernel's receiving); between it and pykafka, the decoding.
 """
 
 from __future__ import annotations
@@ -44,9 +49,11 @@ _PLANNING_OPTIONS = ("minpartitions", "maxrecordsperpartition", "maxpartitions")
 class FloorPartition(InputPartition):
     """One task: ``ranges`` of (kafka partition, start offset, end offset); a few integers."""
 
-    def __init__(self, index: int, topic: str, ranges: tuple, size: int, batch_rows: int):
+    def __init__(self, index: int, topic: str, ranges: tuple, size: int, batch_rows: int,
+                 fetch_from: str | None = None):
         super().__init__(index)
         self.topic, self.ranges, self.size, self.batch_rows = topic, ranges, size, batch_rows
+        self.fetch_from = fetch_from
 
 
 class _Spec:
@@ -61,6 +68,7 @@ class _Spec:
         self.batch_rows = max(1, int(opts.get("batchbytes", DEFAULT_BATCH_BYTES)) // self.size)
         self.max_offsets = int(opts["maxoffsetspertrigger"]) \
             if opts.get("maxoffsetspertrigger") else None
+        self.fetch_from = opts.get("fetchfrom") or None
         self.pykafka = {k[len("pykafka."):]: v for k, v in opts.items()
                         if k.startswith("pykafka.") and k[len("pykafka."):] in _PLANNING_OPTIONS}
 
@@ -78,12 +86,13 @@ class _Spec:
         planned = plan_input_partitions(ranges, source, parallelism=self.parallelism)
         return [FloorPartition(part.index, self.topic,
                                tuple((r.partition, r.start, r.end) for r in part.ranges),
-                               self.size, self.batch_rows)
+                               self.size, self.batch_rows, self.fetch_from)
                 for part in planned]
 
 
-def floor_batches(partition: FloorPartition) -> Iterator:
-    """The task's records as Arrow batches of pykafka's schema, made here from a template."""
+def _template(partition: FloorPartition):
+    """``make(kafka_partition, first, end)``: the batches of those offsets, sliced from a
+    template of up to ``batch_rows`` rows made once per task (None when the task is empty)."""
     import numpy as np
     import pyarrow as pa
 
@@ -92,7 +101,7 @@ def floor_batches(partition: FloorPartition) -> Iterator:
     ranges = partition.ranges
     n = min(partition.batch_rows, max((end - start for _p, start, end in ranges), default=0))
     if n <= 0:
-        return
+        return None
     size, name = partition.size, partition.topic.encode()
     schema = arrow_schema(False)
 
@@ -106,14 +115,78 @@ def floor_batches(partition: FloorPartition) -> Iterator:
     stamp = pa.array(np.full(n, int(time.time() * 1e6), dtype=np.int64),
                      pa.timestamp("us", tz="UTC"))
     types = pa.array(np.zeros(n, dtype=np.int32))
-    for kafka_partition, start, end in ranges:
-        parts = pa.array(np.full(n, kafka_partition, dtype=np.int32))
+    parts = {}
+
+    def make(kafka_partition: int, start: int, end: int) -> Iterator:
+        if kafka_partition not in parts:
+            parts[kafka_partition] = pa.array(np.full(n, kafka_partition, dtype=np.int32))
+        column = parts[kafka_partition]
         for first in range(start, end, n):
             k = min(n, end - first)
             offsets = pa.array(np.arange(first, first + k, dtype=np.int64))
             yield pa.RecordBatch.from_arrays(
-                [keys.slice(0, k), values.slice(0, k), topics.slice(0, k), parts.slice(0, k),
+                [keys.slice(0, k), values.slice(0, k), topics.slice(0, k), column.slice(0, k),
                  offsets, stamp.slice(0, k), types.slice(0, k)], schema=schema)
+
+    return make
+
+
+def floor_batches(partition: FloorPartition) -> Iterator:
+    """The task's records as Arrow batches of pykafka's schema, made here from a template (or,
+    with ``fetchFrom``, as the fetch goes: :func:`fetched_floor_batches`)."""
+    if partition.fetch_from:
+        yield from fetched_floor_batches(partition, partition.fetch_from)
+        return
+    make = _template(partition)
+    if make is None:
+        return
+    for kafka_partition, start, end in partition.ranges:
+        yield from make(kafka_partition, start, end)
+
+
+def fetched_floor_batches(partition: FloorPartition, bootstrap: str) -> Iterator:
+    """The floor with Kafka's transport: the task's ranges are fetched from the broker by
+    pykafka's own fetch loop (its connections, requests, fetch sessions and request sizes), and
+    each response's bytes are thrown away unread past the batch headers: instead of decoding
+    them the task yields the floor's template batches for the offsets the response covered.
+    What this costs over the floor is what any Kafka reader pays on this machine (the broker
+    sending, the kernel receiving); what pykafka costs over this is its decoding."""
+    from kafka_source.config.options import parse_batch_options
+    from kafka_source.read import executor
+    from kafka_source.read.fetcher import FetchSettings, RangeFetcher
+    from kafka_source.read.offsets import OffsetRange
+    from kafka_source.wire.format.records import scan_batches
+
+    make = _template(partition)
+    if make is None:
+        return
+    options = parse_batch_options({"kafka.bootstrap.servers": bootstrap,
+                                   "subscribe": partition.topic})
+    config = options.client_config
+    settings = FetchSettings.from_config(config, poll_timeout_ms=options.poll_timeout_ms,
+                                         fail_on_data_loss=True)
+
+    def skip(data, position, aborted, r):
+        view = memoryview(data)
+        if view.ndim != 1 or view.itemsize != 1:
+            view = view.cast("B")
+        scan = scan_batches(view, start_offset=position, end_offset=r.end)
+        return list(make(r.partition, position, min(scan.next_offset, r.end))), \
+            scan.next_offset, False
+
+    ranges = [OffsetRange(partition.topic, p, start, end) for p, start, end in partition.ranges]
+    key = executor._client_key(config)
+    client = executor._checkout(key, config)
+    ok = False
+    try:
+        for batches in RangeFetcher(client, settings)._read(ranges, skip):
+            yield from batches
+        ok = True
+    finally:
+        if ok:
+            executor._checkin(key, client)
+        else:
+            client.close()
 
 
 class FloorBatchReader(DataSourceReader):

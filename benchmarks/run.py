@@ -459,16 +459,24 @@ CPU_SETTLE_S = 0.2
 
 
 def floor_pairs(spark, bootstrap: str, w: Workload, rounds: int,
-                args) -> tuple[list[float], dict]:
+                args) -> tuple[list[float], dict, dict | None]:
     """pykafka's records/s over the floor's in each of ``rounds`` paired rounds: one floor read,
     then one pykafka read of the same rows, back to back (both already warm); and the CPU
     seconds of each read by process kind (:func:`procmon.cpu_by_kind`: ``jvm`` Spark's JVM,
     ``executor`` its Python workers, ``planner``, ``broker``, ``machine`` all of it), medians
-    over the rounds, ``{"floor": {...}, "pykafka": {...}}``."""
+    over the rounds, ``{"floor": {...}, "pykafka": {...}}``.
+
+    With ``--fetch-floor on`` each round reads the fetch floor too (the floor's batches, yielded
+    as pykafka's fetch loop brings the same ranges from the broker, undecoded; see
+    ``floor_source``), between the two; the third result is then its per-round ratios
+    ``{"fetch_vs_floor": [...], "pykafka_vs_fetch": [...]}`` (else None), and its CPU is under
+    ``"fetch"`` in the second."""
     floor_opts = floor_options(spark, w, args)
+    fetch_opts = {**floor_opts, "fetchFrom": bootstrap} if args.fetch_floor == "on" else None
     mine = pykafka_options(bootstrap, w, args.extra_options)
     ratios = []
-    cpu: dict[str, list[dict]] = {"floor": [], "pykafka": []}
+    fetch_ratios: dict[str, list[float]] = {"fetch_vs_floor": [], "pykafka_vs_fetch": []}
+    cpu: dict[str, list[dict]] = {"floor": [], "fetch": [], "pykafka": []}
 
     def timed(fmt_: str, options: dict, reader: str, who: str) -> float:
         before = cpu_by_kind()
@@ -479,20 +487,29 @@ def floor_pairs(spark, bootstrap: str, w: Workload, rounds: int,
 
     for _ in range(rounds):
         floor_s = timed(floor_source.FLOOR_NAME, floor_opts, FLOOR, "floor")
+        fetch_s = None
+        if fetch_opts is not None:
+            fetch_s = timed(floor_source.FLOOR_NAME, fetch_opts, FLOOR, "fetch")
         pykafka_s = timed("pykafka", mine, "pykafka", "pykafka")
         ratios.append(round(floor_s / pykafka_s, 3))
+        if fetch_s is not None:
+            fetch_ratios["fetch_vs_floor"].append(round(floor_s / fetch_s, 3))
+            fetch_ratios["pykafka_vs_fetch"].append(round(fetch_s / pykafka_s, 3))
     medians = {who: {k: round(statistics.median(d.get(k, 0.0) for d in runs), 3)
                      for k in sorted({k for d in runs for k in d})}
                for who, runs in cpu.items() if runs}
-    return ratios, medians
+    return ratios, medians, (fetch_ratios if fetch_opts is not None else None)
 
 
 def cpu_text(cpu: dict) -> str:
-    """``machine 0.75 / 1.02, jvm 0.61 / 0.59, ...``: floor / pykafka CPU seconds per read."""
-    f, p = cpu.get("floor") or {}, cpu.get("pykafka") or {}
+    """``machine 0.75 / 1.02, jvm 0.61 / 0.59, ...``: floor / pykafka CPU seconds per read
+    (floor / fetch floor / pykafka when the rounds had the fetch floor)."""
+    readers = [cpu.get(who) or {} for who in ("floor", "fetch", "pykafka")
+               if who != "fetch" or cpu.get("fetch")]
     kinds = [k for k in ("machine", "jvm", "executor", "broker", "planner", "bench")
-             if k in f or k in p]
-    return ", ".join(f"{k} {f.get(k, 0.0):.2f} / {p.get(k, 0.0):.2f}" for k in kinds)
+             if any(k in r for r in readers)]
+    return ", ".join(f"{k} " + " / ".join(f"{r.get(k, 0.0):.2f}" for r in readers)
+                     for k in kinds)
 
 
 def measure_floor(spark, w: Workload, runs: int, warmups: int, args) -> dict:
@@ -651,7 +668,7 @@ def compare_with_jvm(spark, bootstrap: str, todo: list[AnchorWorkload], results:
                 + (f", start-up {row['startup_s']:.2f} s" if row.get("startup_s") else ""))
         else:
             row = failed_row(f"pykafka {ANCHOR_MASTER}", w, "see the log")
-        pairs = pair_cpu = None
+        pairs = pair_cpu = fetch_pairs = None
         if (a.mode == "batch" and args.floor_pairs and (floor or {}).get("records_per_s")
                 and row.get("records_per_s")):
             log(f"floor and pykafka {ANCHOR_MASTER}: {a.name} ({w.values}), "
@@ -659,16 +676,27 @@ def compare_with_jvm(spark, bootstrap: str, todo: list[AnchorWorkload], results:
             paired = guarded(f"paired floor {a.name}", floor_pairs, spark, bootstrap, w,
                              args.floor_pairs, args)
             if paired:
-                pairs, pair_cpu = paired
+                pairs, pair_cpu, fetch_pairs = paired
                 log(f"  pykafka / floor per round: {' '.join(f'{r:.2f}' for r in pairs)}")
-                log(f"  CPU seconds per read, floor / pykafka (medians): {cpu_text(pair_cpu)}")
+                if fetch_pairs:
+                    for k, label in (("fetch_vs_floor", "fetch floor / floor"),
+                                     ("pykafka_vs_fetch", "pykafka / fetch floor")):
+                        log(f"  {label} per round: "
+                            f"{' '.join(f'{r:.2f}' for r in fetch_pairs[k])}")
+                log(f"  CPU seconds per read, floor / {'fetch floor / ' if fetch_pairs else ''}"
+                    f"pykafka (medians): {cpu_text(pair_cpu)}")
         rows.append({"broker": w.broker, "values": w.values, "workload": a.name,
                      "label": a.label, "mode": a.mode, "topic": w.topic,
                      "max_offsets_per_trigger": a.max_offsets, "floor": floor, "pykafka": row,
                      "paired_ratios_vs_floor": pairs,
                      "paired_cpu_s": pair_cpu,
                      "paired_ratio_vs_floor": (round(statistics.median(pairs), 3) if pairs
-                                               else None)})
+                                               else None),
+                     "paired_fetch_floor": ({k: {"rounds": v,
+                                                 "median": round(statistics.median(v), 3)}
+                                             for k, v in fetch_pairs.items()}
+                                            if fetch_pairs and fetch_pairs["fetch_vs_floor"]
+                                            else None)})
     return rows
 
 
@@ -795,12 +823,22 @@ def print_jvm_table(rows: list[dict], note: str | None, floor_note: str | None) 
           "the median of pykafka / floor over paired rounds, each one floor read then one "
           "pykafka read; the second (streams): the median of pykafka / JVM source over paired "
           "rounds, each one pykafka stream then one anchor run of the last --jvm-variants")
+    fetch_rows = [row for row in rows if row.get("paired_fetch_floor")]
+    if fetch_rows:
+        print()
+        print("the fetch floor (the floor's batches as pykafka's fetch loop brings the ranges from "
+              "the broker, undecoded), paired rounds, medians: fetch floor / floor (what Kafka's "
+              "transport costs any reader here), pykafka / fetch floor (what decoding costs):")
+        for row in fetch_rows:
+            f = row["paired_fetch_floor"]
+            print(f"  {row['broker']} {row['values']} {row['workload']}: "
+                  f"{f['fetch_vs_floor']['median']:.2f}, {f['pykafka_vs_fetch']['median']:.2f}")
     cpu_rows = [row for row in rows if row.get("paired_cpu_s")]
     if cpu_rows:
         print()
-        print("CPU seconds per batch read in the paired rounds, floor / pykafka (medians; "
-              "machine: all cores; jvm: Spark's JVM; executor: its Python workers; broker: the "
-              "Kafka broker, which the floor does not use):")
+        print("CPU seconds per batch read in the paired rounds, floor / pykafka, or floor / "
+              "fetch floor / pykafka (medians; machine: all cores; jvm: Spark's JVM; executor: "
+              "its Python workers; broker: the Kafka broker, which the floor does not use):")
         for row in cpu_rows:
             print(f"  {row['broker']} {row['values']} {row['workload']}: "
                   f"{cpu_text(row['paired_cpu_s'])}")
@@ -1152,6 +1190,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--floor-pairs", type=int, default=None,
                     help="paired rounds of the floor and pykafka per batch workload, after "
                          "their own runs; 0: none (default --runs)")
+    ap.add_argument("--fetch-floor", choices=("on", "off"), default="on",
+                    help="in the paired rounds, also read the fetch floor: the floor's batches "
+                         "yielded as pykafka's fetch loop brings the same ranges from the broker, "
+                         "undecoded (default on)")
     ap.add_argument("--jvm-pairs", type=int, default=None,
                     help="paired rounds of pykafka and Spark's JVM source (the last of "
                          "--jvm-variants) per stream workload; 0: none (default --runs)")
