@@ -489,7 +489,6 @@ def leak_run(secured, tmp_path_factory):
     tokens_before = len(secured["idp"].issued)
     client = secured["client"]
     inline_key = client.key_pem(KEY_PASSWORD).decode()
-    b = secured["broker"]
     spec = {
         "topic": secured["topic"], "checkpoint": str(d / "checkpoint"),
         "event_log": str(d / "events"), "out": str(d / "out"),
