@@ -782,6 +782,16 @@ class _NoMonitor:
         return {}
 
 
+def print_row_lines(rows: list[dict], key: str, title: str, text) -> None:
+    """A titled list, a line per row that has ``key``: where the row is, then ``text(row[key])``."""
+    chosen = [row for row in rows if row.get(key)]
+    if chosen:
+        print()
+        print(title)
+        for row in chosen:
+            print(f"  {row['broker']} {row['values']} {row['workload']}: {text(row[key])}")
+
+
 def print_jvm_table(rows: list[dict], note: str | None, floor_note: str | None) -> None:
     print(f"pykafka vs the floor (a Python source without Kafka, {floor_source.FLOOR_NAME}) and "
           f"Spark's JVM Kafka source (spark-sql-kafka-0-10 4.0.0), {ANCHOR_MASTER}, the same "
@@ -823,25 +833,17 @@ def print_jvm_table(rows: list[dict], note: str | None, floor_note: str | None) 
           "the median of pykafka / floor over paired rounds, each one floor read then one "
           "pykafka read; the second (streams): the median of pykafka / JVM source over paired "
           "rounds, each one pykafka stream then one anchor run of the last --jvm-variants")
-    fetch_rows = [row for row in rows if row.get("paired_fetch_floor")]
-    if fetch_rows:
-        print()
-        print("the fetch floor (the floor's batches as pykafka's fetch loop brings the ranges from "
-              "the broker, undecoded), paired rounds, medians: fetch floor / floor (what Kafka's "
-              "transport costs any reader here), pykafka / fetch floor (what decoding costs):")
-        for row in fetch_rows:
-            f = row["paired_fetch_floor"]
-            print(f"  {row['broker']} {row['values']} {row['workload']}: "
-                  f"{f['fetch_vs_floor']['median']:.2f}, {f['pykafka_vs_fetch']['median']:.2f}")
-    cpu_rows = [row for row in rows if row.get("paired_cpu_s")]
-    if cpu_rows:
-        print()
-        print("CPU seconds per batch read in the paired rounds, floor / pykafka, or floor / "
-              "fetch floor / pykafka (medians; machine: all cores; jvm: Spark's JVM; executor: "
-              "its Python workers; broker: the Kafka broker, which the floor does not use):")
-        for row in cpu_rows:
-            print(f"  {row['broker']} {row['values']} {row['workload']}: "
-                  f"{cpu_text(row['paired_cpu_s'])}")
+    print_row_lines(
+        rows, "paired_fetch_floor",
+        "the fetch floor (the floor's batches as pykafka's fetch loop brings the ranges from the "
+        "broker, undecoded), paired rounds, medians: fetch floor / floor (what Kafka's transport "
+        "costs any reader here), pykafka / fetch floor (what decoding costs):",
+        lambda f: f"{f['fetch_vs_floor']['median']:.2f}, {f['pykafka_vs_fetch']['median']:.2f}")
+    print_row_lines(
+        rows, "paired_cpu_s",
+        "CPU seconds per batch read in the paired rounds, floor / pykafka, or floor / fetch "
+        "floor / pykafka (medians; machine: all cores; jvm: Spark's JVM; executor: its Python "
+        "workers; broker: the Kafka broker, which the floor does not use):", cpu_text)
     streams = [row for row in rows if row["mode"] == "stream"]
     if streams:
         print()
