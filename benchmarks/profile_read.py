@@ -2,11 +2,11 @@
 
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/python benchmarks/profile_read.py --codec lz4
 
-Fills (or reuses) the same topic as ``run.py`` for the workload, plans the read on the driver
-side (``KafkaDataSource(options).reader(schema).partitions()``) and runs ``read()`` of every input
-partition in this process, one after the other, consuming the Arrow batches the way Spark would
-(only their sizes are touched). Prints the records/s of that loop (no Spark, no Arrow transfer to
-the JVM, one core) and the top functions by cumulative and own time.
+Fills (or reuses) the same topic as ``run.py`` for the workload (``topics.py``), plans the read
+on the driver side (``KafkaDataSource(options).reader(schema).partitions()``) and runs ``read()``
+of every input partition in this process, one after the other, consuming the Arrow batches the
+way Spark would (only their sizes are touched). Prints the records/s of that loop (no Spark, no
+Arrow transfer to the JVM, one core) and the top functions by cumulative and own time.
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(1, str(HERE))
 
 import run  # noqa: E402
+import topics  # noqa: E402
 
 
-def read_all(bootstrap: str, w: "run.Workload") -> tuple[int, int, float]:
+def read_all(bootstrap: str, w: "topics.Workload") -> tuple[int, int, float]:
     from kafka_source.datasource import KafkaDataSource
 
     source = KafkaDataSource({"kafka.bootstrap.servers": bootstrap, "subscribe": w.topic,
@@ -53,8 +54,9 @@ def main() -> int:
 
     broker = run.select_bench_broker()
     try:
-        w = run.Workload(args.codec, args.codec, args.records, args.size, args.partitions)
-        run.prepare_topic(broker.bootstrap_servers, w, run.existing_topics(broker.bootstrap_servers))
+        w = topics.Workload(args.codec, args.codec, args.records, args.size, args.partitions)
+        topics.prepare_topic(broker.bootstrap_servers, w,
+                             topics.existing_topics(broker.bootstrap_servers))
         rows, _, seconds = read_all(broker.bootstrap_servers, w)      # warm-up, unprofiled
         print(f"unprofiled: {rows:,} rows in {seconds:.2f} s = {rows / seconds:,.0f} records/s "
               f"(one process, no Spark)")

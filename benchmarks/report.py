@@ -1,6 +1,15 @@
-"""Plain-text tables for the benchmark reports (run.py's read table, write_bench.py's)."""
+"""Plain-text output of the benchmarks: progress lines and the tables of the reports (run.py's
+read table, write_bench.py's)."""
 
 from __future__ import annotations
+
+import time
+
+MB = 1_000_000              # MB/s are 10^6 value bytes per second
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def fmt(v, spec: str, none: str = "-") -> str:

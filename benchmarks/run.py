@@ -15,7 +15,7 @@ What it does:
    (or ``PYKAFKA_TEST_BROKER``) instead runs once on that broker; with no distribution at all,
    ``kafka_source.testing.select_broker()`` (Docker, or the embedded Tansu broker, whose figures
    are indicative only -- said loudly in the report).
-2. Creates one topic per workload and value kind (``bench-1m-100b-4p-lz4``,
+2. Creates one topic per workload and value kind (``topics.py``; ``bench-1m-100b-4p-lz4``,
    ``bench-1m-100b-4p-lz4-json`` ...) and fills it with exactly ``--records`` records of ``--size``
    bytes, spread evenly over ``--partitions`` partitions, using confluent-kafka's producer with the
    workload's compression codec. ``--values`` (default ``random,json``): the poorly-compressible
@@ -39,13 +39,14 @@ What it does:
    (``../shared/anchors/spark-jvm-kafka/run``, when it is there; the report says so when it is
    not) plain and tuned (``--jvm-variants``), run after pykafka's session stopped; ratios
    pykafka / floor and pykafka / JVM. For batch reads, also ``--floor-pairs`` paired rounds (one
-   floor read, then one pykafka read, back to back): the median of the rounds' ratios is what the
-   floor target (>= 0.9x) is judged on, since the machine's load moves both alike within a round
-   but by tens of percent between measurements minutes apart; likewise streams get
-   ``--jvm-pairs`` paired rounds with the JVM source (one pykafka stream, then one anchor run),
-   on which the stream targets are judged. Streams also report their start-up:
-   from ``start()`` to the end of the first trigger (pykafka and the floor; the JVM anchor does
-   not report it).
+   floor read, then one pykafka read, back to back; with ``--fetch-floor`` the fetch floor, the
+   floor's batches as pykafka's fetch loop brings the ranges undecoded, in between): the median
+   of the rounds' ratios is what the floor target (>= 0.9x) is judged on, since the machine's
+   load moves both alike within a round but by tens of percent between measurements minutes
+   apart; likewise streams get ``--jvm-pairs`` paired rounds with the JVM source (one pykafka
+   stream, then one anchor run), on which the stream targets are judged. Streams also report
+   their start-up: from ``start()`` to the end of the first trigger (pykafka and the floor; the
+   JVM anchor does not report it).
 6. Idle trigger: the driver-side cost of a micro-batch trigger with no new data
    (``latestOffset`` + ``partitions``), against 50 ms, on each broker.
 7. Write throughput (``write_bench.py``): on the first broker, pykafka's sink
@@ -80,7 +81,7 @@ import tempfile
 import time
 import traceback
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -91,9 +92,11 @@ sys.path.insert(1, str(HERE))
 from procmon import ProcessMonitor, cpu_by_kind, cpu_delta  # noqa: E402
 import floor_source  # noqa: E402
 import jvm_anchor  # noqa: E402
-from payloads import VALUE_KINDS, value_pool  # noqa: E402
+from payloads import VALUE_KINDS  # noqa: E402
 import write_bench  # noqa: E402
-from report import fmt, print_grouped_table  # noqa: E402
+from report import MB, fmt, log, print_grouped_table  # noqa: E402
+from topics import (Workload, count_label, existing_topics,  # noqa: E402
+                    prepare_topic)
 
 RATIO_TARGET = 1.0          # pykafka local[2] records/s over confluent-kafka's
 # Issue 9's targets against the best of Spark's JVM source (plain, tuned), per workload: batch
@@ -104,7 +107,6 @@ RATIO_CODECS = ("none", "lz4")
 FLOOR_TARGET = 0.9          # batch reads: pykafka / the floor (median of paired rounds)
 RSS_TARGET_MB = 512.0       # executor-side Python, one 1 GB partition
 IDLE_TARGET_MS = 50.0       # driver side, one idle micro-batch trigger
-MB = 1_000_000              # MB/s are 10^6 value bytes per second
 
 CONFLUENT = "confluent-kafka"
 KAFKA_PYTHON = "kafka-python"
@@ -121,190 +123,6 @@ BROKER_VERSIONS = ("4.0", "2.2")
 SHARED = REPO_ROOT.parent / "shared"
 STARTUP_NOTE = ("Spark's JVM source: not reported (the anchor prints only its total times, "
                 "../shared/anchors/spark-jvm-kafka/read.py)")
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-# ---------------------------------------------------------------------------------------------
-# Workloads and topics
-# ---------------------------------------------------------------------------------------------
-
-def count_label(n: int) -> str:
-    for unit, div in (("m", 1_000_000), ("k", 1_000)):
-        if n >= div and n % div == 0:
-            return f"{n // div}{unit}"
-    return str(n)
-
-
-@dataclass
-class Workload:
-    name: str               # "none", "lz4", ..., "memory"
-    codec: str              # librdkafka compression.type
-    records: int
-    size: int
-    partitions: int
-    values: str = "random"  # payloads.VALUE_KINDS
-    broker: str = ""        # the broker's label ("4.0", "2.2", ...)
-    topic: str = ""
-    counts: dict[int, int] = field(default_factory=dict)   # partition -> records
-    produced_s: float | None = None                          # None: topic reused
-    log_bytes: int | None = None                             # size on disk (DescribeLogDirs)
-
-    @property
-    def base_topic(self) -> str:
-        kind = "" if self.values == "random" else f"-{self.values}"
-        return (f"bench-{count_label(self.records)}-{self.size}b-{self.partitions}p-"
-                f"{self.codec}{kind}")
-
-    @property
-    def value_bytes(self) -> int:
-        return self.records * self.size
-
-    def ending_offsets(self) -> str:
-        return json.dumps({self.topic: {str(p): n for p, n in self.counts.items()}})
-
-
-def topic_matches(bootstrap: str, w: Workload, topic: str) -> tuple[bool, str]:
-    """Does ``topic`` exist with exactly ``w``'s partitions and records (offsets 0..n-1)?
-
-    Checks the partition count, that each partition's log starts at 0, that the record at
-    offset n-1 exists with a value of ``w.size`` bytes, and that the high watermark of the fetch
-    response is n (Tansu's ListOffsets(latest) is wrong for multi-record batches, its fetch high
-    watermark is right)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "pykafka-bench-verify",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        if meta is None or meta.error is not None:
-            return False, f"not readable ({getattr(meta, 'error', None)})"
-        if sorted(meta.partitions) != list(range(w.partitions)):
-            return False, f"has {len(meta.partitions)} partitions, want {w.partitions}"
-        tps = []
-        for p, n in w.counts.items():
-            low, _high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            if low != 0:
-                return False, f"partition {p} starts at {low}"
-            if n > 0:
-                tps.append(TopicPartition(topic, p, n - 1))
-        if not tps:
-            return True, "empty"
-        consumer.assign(tps)
-        seen: dict[int, object] = {}
-        deadline = time.monotonic() + 30
-        while len(seen) < len(tps) and time.monotonic() < deadline:
-            for m in consumer.consume(num_messages=len(tps), timeout=1.0):
-                if m.error() is None:
-                    seen.setdefault(m.partition(), m)
-        for tp in tps:
-            m = seen.get(tp.partition)
-            if m is None or m.offset() != tp.offset or len(m.value() or b"") != w.size:
-                return False, f"partition {tp.partition}: no {w.size}-byte record at {tp.offset}"
-            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition),
-                                                        cached=True)
-            if high != tp.offset + 1:
-                return False, f"partition {tp.partition} ends at {high}, want {tp.offset + 1}"
-        return True, "ok"
-    finally:
-        consumer.close()
-
-
-def existing_topics(bootstrap: str) -> set[str]:
-    from confluent_kafka.admin import AdminClient
-
-    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics)
-
-
-def produce(bootstrap: str, w: Workload) -> float:
-    """Write exactly ``w.counts[p]`` records to each partition p; returns seconds."""
-    from confluent_kafka import Producer
-
-    pool = value_pool(w.values, w.size, min(w.records, max(1, (16 << 20) // w.size), 16_384))
-    errors: list[str] = []
-
-    def on_delivery(err, _msg):
-        if err is not None:
-            errors.append(str(err))
-
-    producer = Producer({
-        "bootstrap.servers": bootstrap,
-        "compression.type": w.codec,
-        "linger.ms": 50,
-        "batch.num.messages": 100_000,
-        "batch.size": 1_000_000,
-        "queue.buffering.max.messages": 1_000_000,
-        "queue.buffering.max.kbytes": 1_048_576,
-        "acks": "all",
-        "enable.idempotence": False,
-        "message.send.max.retries": 0,   # a retried batch could be written twice
-    })
-    t0 = time.perf_counter()
-    parts, topic, produce_ = w.partitions, w.topic, producer.produce
-    npool = len(pool)
-    for i in range(w.records):
-        while True:
-            try:
-                produce_(topic, pool[i % npool], partition=i % parts, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        if i % 20_000 == 0:
-            producer.poll(0)
-    remaining = producer.flush(120)
-    elapsed = time.perf_counter() - t0
-    del producer
-    if remaining or errors:
-        raise RuntimeError(f"producing to {topic}: {remaining} undelivered, "
-                           f"{len(errors)} failed ({errors[:3]})")
-    return elapsed
-
-
-def prepare_topic(bootstrap: str, w: Workload, existing: set[str]) -> None:
-    from kafka_source.testing import create_topic
-
-    w.counts = {p: w.records // w.partitions + (1 if p < w.records % w.partitions else 0)
-                for p in range(w.partitions)}
-    for attempt in range(1, 50):
-        name = w.base_topic if attempt == 1 else f"{w.base_topic}-{attempt}"
-        if name in existing:
-            ok, why = topic_matches(bootstrap, w, name)
-            if ok:
-                w.topic = name
-                w.log_bytes = topic_log_bytes(bootstrap, w)
-                log(f"topic {name}: exists with {w.records:,} records, reused")
-                return
-            log(f"topic {name}: exists but does not match ({why}); trying another name")
-            continue
-        w.topic = name
-        create_topic(bootstrap, name, partitions=w.partitions)
-        log(f"topic {name}: producing {w.records:,} x {w.size} B ({w.codec}) ...")
-        w.produced_s = produce(bootstrap, w)
-        ok, why = topic_matches(bootstrap, w, name)
-        if not ok:
-            raise RuntimeError(f"topic {name} after producing: {why}")
-        w.log_bytes = topic_log_bytes(bootstrap, w)
-        log(f"topic {name}: produced in {w.produced_s:.1f} s "
-            f"({w.records / w.produced_s:,.0f} records/s), {compression_text(w)}")
-        return
-    raise RuntimeError(f"no usable topic name for {w.base_topic}")
-
-
-def topic_log_bytes(bootstrap: str, w: Workload) -> int | None:
-    """The topic's size on the broker's disk, or None when the broker does not say."""
-    try:
-        return write_bench.topic_facts(bootstrap, w.topic, w.partitions)["log_bytes"]
-    except Exception:  # noqa: BLE001 - informative only
-        return None
-
-
-def compression_text(w: Workload) -> str:
-    if not w.log_bytes:
-        return "size on disk unknown"
-    return (f"{w.value_bytes / MB:,.1f} MB of values, {w.log_bytes / MB:,.1f} MB on disk "
-            f"({w.value_bytes / w.log_bytes:.1f}x)")
 
 
 # ---------------------------------------------------------------------------------------------
