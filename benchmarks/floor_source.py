@@ -152,7 +152,7 @@ def fetched_floor_batches(partition: FloorPartition, bootstrap: str) -> Iterator
     What this costs over the floor is what any Kafka reader pays on this machine (the broker
     sending, the kernel receiving); what pykafka costs over this is its decoding."""
     from kafka_source.config.options import parse_batch_options
-    from kafka_source.read import executor
+    from kafka_source.read.executor import worker_client
     from kafka_source.read.fetcher import FetchSettings, RangeFetcher
     from kafka_source.read.offsets import OffsetRange
     from kafka_source.wire.format.records import scan_batches
@@ -175,18 +175,9 @@ def fetched_floor_batches(partition: FloorPartition, bootstrap: str) -> Iterator
             scan.next_offset, False
 
     ranges = [OffsetRange(partition.topic, p, start, end) for p, start, end in partition.ranges]
-    key = executor._client_key(config)
-    client = executor._checkout(key, config)
-    ok = False
-    try:
+    with worker_client(config) as client:
         for batches in RangeFetcher(client, settings)._read(ranges, skip):
             yield from batches
-        ok = True
-    finally:
-        if ok:
-            executor._checkin(key, client)
-        else:
-            client.close()
 
 
 class FloorBatchReader(DataSourceReader):

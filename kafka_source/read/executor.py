@@ -8,6 +8,7 @@ keyed by the connection settings; a task that fails drops its client.
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 from typing import Iterator
 
 import pyarrow as pa
@@ -41,20 +42,29 @@ def _checkin(key: tuple, client: BrokerClient) -> None:
         old.close()
 
 
-def read_input_partition(partition: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
-    settings = partition.settings
-    config = settings.client_config
-    fetch_settings = FetchSettings.from_config(config, poll_timeout_ms=settings.poll_timeout_ms,
-                                               fail_on_data_loss=settings.fail_on_data_loss)
+@contextmanager
+def worker_client(config) -> Iterator[BrokerClient]:
+    """This worker's client for ``config``, from the cache: back into the cache when the block
+    ends normally, closed when it raises or is abandoned (a generator closed early), since a
+    connection may then hold a response that will never be read."""
     key = _client_key(config)
     client = _checkout(key, config)
     ok = False
     try:
-        fetcher = RangeFetcher(client, fetch_settings)
-        yield from fetcher.read_arrow(partition.ranges, settings.include_headers)
+        yield client
         ok = True
     finally:
         if ok:
             _checkin(key, client)
         else:
             client.close()
+
+
+def read_input_partition(partition: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
+    settings = partition.settings
+    config = settings.client_config
+    fetch_settings = FetchSettings.from_config(config, poll_timeout_ms=settings.poll_timeout_ms,
+                                               fail_on_data_loss=settings.fail_on_data_loss)
+    with worker_client(config) as client:
+        fetcher = RangeFetcher(client, fetch_settings)
+        yield from fetcher.read_arrow(partition.ranges, settings.include_headers)

@@ -25,8 +25,9 @@ installed by the connection manager before the connection authenticates). It not
 SaslAuthenticate request of each exchange was *sent*: the broker begins the session only after it
 has read that request, so the note is never late, whatever delays the response. Before each
 request, the client starts the re-authentication once :data:`REAUTH_AT` of the lifetime has
-passed by that clock (:func:`reauthentication_due`), or kafka-python's own timer is due. kafka-python then holds
-the request until the re-authentication is done and sends it after, which the broker accepts.
+passed by that clock (:func:`reauthentication_due`), or kafka-python's own timer is due.
+kafka-python then holds the request until the re-authentication is done and sends it after,
+which the broker accepts.
 
 This relies on a few private parts of kafka-python 3's connection (``_send_request``,
 ``_sasl_authenticate``, ``_reauth``); where they are missing, connections work as kafka-python
