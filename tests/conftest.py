@@ -77,6 +77,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "cluster: a scenario on three-node Kafka clusters (tests/cluster); run only "
         "when asked for (-m cluster)")
+    # PYKAFKA_TEST_TIMING=FILE: where each test's time goes (kafka_source/testing/timing.py).
+    from kafka_source.testing import timing
+
+    timing.register(config)
 
 
 def _cluster_tests_asked_for(config: pytest.Config) -> bool:
