@@ -14,10 +14,14 @@ BENCH_ARGS  ?=
 # Spark's Python workers must run the venv's interpreter (absolute path: Spark starts them).
 SPARK_PY_ENV = PYSPARK_PYTHON="$(CURDIR)/$(VPY)" PYSPARK_DRIVER_PYTHON="$(CURDIR)/$(VPY)"
 
-.PHONY: help install install-bench check-java test demo bench clean
+# The unit tests: everything that needs neither a broker nor Spark (conftest.py marks the rest).
+UNIT_MARKS  := -m "not integration and not spark"
+
+.PHONY: help install install-bench check-java check test demo bench clean
 
 help:
 	@echo "make install   create $(VENV) and install the package with its test extras (idempotent)"
+	@echo "make check     the inner loop: unit tests on both cores, then the smoke tests on one broker (~3-4 min)"
 	@echo "make test      run the test suite (PYTEST_ARGS='-k foo -x' to pass options to pytest)"
 	@echo "make demo      the streaming demo: a query in a consumer group, its lag, a resume (notebooks/demo.py)"
 	@echo "make bench     run benchmarks/run.py (installs the 'bench' extras)"
@@ -67,6 +71,12 @@ test: check-java install
 	@$(SPARK_PY_ENV) $(VPY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "ERROR: pytest collected no tests (exit code 5)." >&2; fi; \
 	exit $$rc
+
+# Unit tests in two processes (pytest-xdist), then the integration tests marked `smoke` (a batch
+# read, a stream, a write) on the broker `make test` would pick.
+check: check-java install
+	@$(SPARK_PY_ENV) $(VPY) -m pytest -q -n 2 $(UNIT_MARKS) $(PYTEST_ARGS)
+	@$(SPARK_PY_ENV) $(VPY) -m pytest -q -m smoke $(PYTEST_ARGS)
 
 demo: check-java install
 	$(SPARK_PY_ENV) $(VPY) notebooks/demo.py

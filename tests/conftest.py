@@ -77,8 +77,14 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "cluster: a scenario on three-node Kafka clusters (tests/cluster); run only "
         "when asked for (-m cluster)")
-    # PYKAFKA_TEST_TIMING=FILE: where each test's time goes (kafka_source/testing/timing.py).
-    from kafka_source.testing import timing
+    config.addinivalue_line(
+        "markers", "smoke: one of the few integration tests `make check` runs on one broker")
+    config.addinivalue_line("markers", "once: a long test that CI runs in its first pass only")
+    # Every JVM the run starts (Spark, brokers, ZooKeeper, Kafka's tools) compiles with C1 only
+    # and collects with the serial collector: a third less CPU (kafka_source/testing/jvm.py).
+    from kafka_source.testing import jvm, timing
+
+    jvm.apply()
 
     timing.register(config)
 

@@ -360,13 +360,43 @@ _handed_out_ports: "set[int]" = set()
 _ports_lock = threading.Lock()
 
 
+#: Where processes on this machine mark the ports they have handed out (see _free_port).
+_PORTS_DIR = os.path.join(tempfile.gettempdir(), "pykafka-test-ports")
+#: port -> the open lock file that holds it for this process (released when the process ends)
+_port_locks: dict[int, int] = {}
+
+
+def _hold_across_processes(port: int) -> bool:
+    """Hold ``port`` for this process against every other process on the machine that uses
+    this function: an exclusive ``flock`` on a file named after it, kept open for the life of
+    the process (the kernel lets go of it when the process ends, however it ends). False if
+    another live process holds it."""
+    try:
+        os.makedirs(_PORTS_DIR, exist_ok=True)
+        fd = os.open(os.path.join(_PORTS_DIR, str(port)), os.O_CREAT | os.O_RDWR, 0o666)
+    except OSError:
+        return True  # no shared directory: as before, distinct within this process only
+    try:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False
+    _port_locks[port] = fd
+    return True
+
+
 def _free_port() -> int:
-    """A loopback port nothing listens on, and one this process has not handed out before.
+    """A loopback port nothing listens on, and one that neither this process nor another test
+    run on the machine has handed out before.
 
     The probe socket is closed before the caller binds the port, so the kernel may offer the same
     ephemeral port to the next probe: a broker's listeners, picked one after the other, then
     collide ("two listeners on the same port", seen in CI). Remembering what was handed out keeps
-    every port of a broker, a cluster or a test distinct for the life of the process.
+    every port of a broker, a cluster or a test distinct for the life of the process; a lock per
+    port (:func:`_hold_across_processes`) does the same between test runs side by side (CI runs
+    two passes at once).
     """
     with _ports_lock:
         for _attempt in range(1000):
@@ -375,7 +405,8 @@ def _free_port() -> int:
                 port = s.getsockname()[1]
             if port not in _handed_out_ports:
                 _handed_out_ports.add(port)
-                return port
+                if _hold_across_processes(port):
+                    return port
     raise BrokerStartError("no free loopback port this process has not already handed out "
                            f"({len(_handed_out_ports)} handed out)")
 

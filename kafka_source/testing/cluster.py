@@ -371,7 +371,8 @@ class KafkaCluster(ClusterTools, BrokerHandle):
 
     def _env(self, log_dir: str, heap: str) -> dict[str, str]:
         env = {**os.environ, "LOG_DIR": log_dir, "KAFKA_HEAP_OPTS": heap}
-        if self.mode == ZOOKEEPER:
+        if self.mode == ZOOKEEPER and "KAFKA_JVM_PERFORMANCE_OPTS" not in os.environ:
+            # unless the run chose its own (a test run's lean JVMs: kafka_source.testing.jvm)
             env["KAFKA_JVM_PERFORMANCE_OPTS"] = LEGACY_JVM_PERFORMANCE_OPTS
         # A caller's KAFKA_OPTS (agents, JMX) or log4j settings must not leak into the nodes.
         for key in ("KAFKA_OPTS", "KAFKA_JMX_OPTS", "JMX_PORT", "KAFKA_LOG4J_OPTS"):

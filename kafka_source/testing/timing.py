@@ -47,6 +47,9 @@ ENV_FILE = "PYKAFKA_TEST_TIMING"
 ENV_PASS = "PYKAFKA_TEST_TIMING_PASS"
 
 CATEGORIES = ("spark", "brokers", "sleep_fixed", "sleep_loop")
+#: The record of a whole pytest session (its wall-clock time), beside the tests' records.
+SESSION = "(session)"
+_OLD_OUTSIDE = "(outside tests)"  # the first version's record of the time outside tests
 
 
 def _machine_busy_s() -> float:
@@ -210,15 +213,19 @@ class TimingPlugin:
 
     def pytest_sessionfinish(self, session) -> None:
         total = time.monotonic() - self._session_start
-        tests = sum(r["wall"] for r in self._records)
+        worker = hasattr(session.config, "workerinput")  # a pytest-xdist worker process
+        controller = not worker and bool(getattr(session.config.option, "numprocesses", None))
         with open(self.path, "a") as f:
-            for record in self._records:
-                f.write(json.dumps(record) + "\n")
-            # What no test's setup, call or teardown holds: collection, imports, session ends.
-            f.write(json.dumps({"pass": self.pass_name, "test": "(outside tests)",
-                                "wall": round(max(0.0, total - tests), 3), "cpu": 0.0,
-                                **{c: 0.0 for c in CATEGORIES},
-                                "work": round(max(0.0, total - tests), 3)}) + "\n")
+            import fcntl
+
+            fcntl.flock(f, fcntl.LOCK_EX)  # passes side by side append to one file
+            if not controller:  # the controller of -n N runs no test: its workers say
+                for record in self._records:
+                    f.write(json.dumps(record) + "\n")
+            if not worker:
+                # The pass on the clock, collection and session ends included.
+                f.write(json.dumps({"pass": self.pass_name, "test": SESSION,
+                                    "wall": round(total, 3)}) + "\n")
         self.uninstall()
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
@@ -241,7 +248,12 @@ def register(config) -> None:
 # -- the report ------------------------------------------------------------------------------
 
 def report(path: str, slowest: int = 25) -> str:
-    """The markdown tables for a timing file: one row per pass, then the slowest tests."""
+    """The markdown tables for a timing file: one row per pass, then the slowest tests.
+
+    A pass's *wall* is its pytest session on the clock; the other columns add up its tests
+    (setup, call and teardown), so where tests ran in parallel processes (``-n 2``) they can
+    add up to more than the wall; *outside tests* is the wall that no test held (collection,
+    imports, the end of the session), or nothing for a parallel pass."""
     by_pass: dict[str, list[dict[str, Any]]] = defaultdict(list)
     with open(path) as f:
         for line in f:
@@ -249,31 +261,38 @@ def report(path: str, slowest: int = 25) -> str:
                 record = json.loads(line)
                 by_pass[record["pass"]].append(record)
     cores = os.cpu_count() or 1
-    cols = ("wall", "spark", "brokers", "sleep_fixed", "sleep_loop", "work")
+    cols = ("spark", "brokers", "sleep_fixed", "sleep_loop", "work")
     out = ["| pass | tests | wall s | Spark sessions | brokers, clusters | fixed sleeps "
-           "| polling sleeps | work | machine busy |",
-           "|---|---|---|---|---|---|---|---|---|"]
-    grand = defaultdict(float)
+           "| polling sleeps | work | outside tests | machine busy |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    grand: dict[str, float] = defaultdict(float)
     for name, records in by_pass.items():
-        sums = {c: sum(r[c] for r in records) for c in (*cols, "cpu")}
-        tested = [r for r in records if r["test"] != "(outside tests)"]
-        test_wall = sum(r["wall"] for r in tested) or 1.0
-        busy = sum(r["cpu"] for r in tested) / (test_wall * cores)
-        out.append(f"| {name} | {len(tested)} | " + " | ".join(f"{sums[c]:.0f}" for c in cols)
-                   + f" | {busy:.0%} |")
+        tests = [r for r in records if r["test"] not in (SESSION, _OLD_OUTSIDE)]
+        wall = sum(r["wall"] for r in records if r["test"] == SESSION) or sum(
+            r["wall"] for r in records)  # files of the first version: tests + outside them
+        sums = {c: sum(r[c] for r in tests) for c in cols}
+        test_wall = sum(r["wall"] for r in tests)
+        outside = max(0.0, wall - test_wall)
+        busy = sum(r["cpu"] for r in tests) / (max(test_wall, 1e-9) * cores)
+        out.append(f"| {name} | {len(tests)} | {wall:.0f} | "
+                   + " | ".join(f"{sums[c]:.0f}" for c in cols)
+                   + f" | {outside:.0f} | {busy:.0%} |")
+        grand["wall"] += wall
+        grand["outside"] += outside
         for c in cols:
             grand[c] += sums[c]
-    out.append("| all | | " + " | ".join(f"{grand[c]:.0f}" for c in cols) + " | |")
+    out.append(f"| all | | {grand['wall']:.0f} | " + " | ".join(f"{grand[c]:.0f}" for c in cols)
+               + f" | {grand['outside']:.0f} | |")
     out.append("")
     out.append(f"| the {slowest} slowest tests | pass | wall s | Spark | brokers | fixed sleeps "
                "| polling sleeps | work | machine busy |")
     out.append("|---|---|---|---|---|---|---|---|---|")
     everything = [r for records in by_pass.values() for r in records
-                  if r["test"] != "(outside tests)"]
+                  if r["test"] not in (SESSION, _OLD_OUTSIDE)]
     for r in sorted(everything, key=lambda r: -r["wall"])[:slowest]:
         busy = r["cpu"] / (max(r["wall"], 1e-9) * cores)
-        out.append(f"| `{r['test']}` | {r['pass']} | " + " | ".join(f"{r[c]:.1f}" for c in cols)
-                   + f" | {busy:.0%} |")
+        out.append(f"| `{r['test']}` | {r['pass']} | {r['wall']:.1f} | "
+                   + " | ".join(f"{r[c]:.1f}" for c in cols) + f" | {busy:.0%} |")
     return "\n".join(out)
 
 

@@ -124,6 +124,7 @@ def test_each_codec_matches_plain_consumer(spark, bootstrap_servers, codec):
     assert {r[1] for r in got if r[0] == 0} == set(range(200))
 
 
+@pytest.mark.smoke      # make check's smoke test
 def test_schema_is_sparks_kafka_schema(spark, bootstrap_servers):
     topic = unique_topic_name("schema")
     create_topic(bootstrap_servers, topic)
@@ -136,6 +137,7 @@ def test_schema_is_sparks_kafka_schema(spark, bootstrap_servers):
     assert df.count() == 0
 
 
+@pytest.mark.smoke      # make check's smoke test
 def test_default_range_reads_everything_single_record_batches(spark, bootstrap_servers):
     topic = unique_topic_name("whole")
     create_topic(bootstrap_servers, topic, partitions=2)

@@ -87,6 +87,7 @@ def error_text(exc_info) -> str:
 
 # --- batch writes -------------------------------------------------------------------------------
 
+@pytest.mark.smoke      # make check's smoke test
 def test_keys_tombstones_headers_and_explicit_partitions(spark, bootstrap_servers):
     topic = unique_topic_name("sink-rows")
     create_topic(bootstrap_servers, topic, 3)

@@ -158,6 +158,7 @@ def test_available_now_rate_limited_exactly_once_then_commits(spark, bootstrap_s
     assert members == {}, (state, members)
 
 
+@pytest.mark.smoke      # make check's smoke test
 def test_restart_from_checkpoint_neither_loses_nor_duplicates(spark, bootstrap_servers,
                                                               group_timeouts, tmp_path):
     topic = unique_topic_name("restart")
