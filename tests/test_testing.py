@@ -483,3 +483,21 @@ def test_end_offsets_flags_match_broker(kafka_broker, bootstrap_servers):
         assert end == 3
     else:
         assert end in (1, 3)  # Tansu: base offset of the last batch + 1
+
+
+def test_random_cluster_ids_look_like_kafkas_and_never_start_with_a_dash(monkeypatch):
+    """KRaft storage is formatted with an id made here, as `kafka-storage.sh random-uuid` would
+    make it (no JVM started for it)."""
+    import base64
+
+    from kafka_source.testing import brokers
+
+    ids = {brokers.random_cluster_id() for _ in range(300)}
+    assert len(ids) == 300
+    for cluster_id in ids:
+        assert re.fullmatch(r"[A-Za-z0-9_-]{22}", cluster_id) and not cluster_id.startswith("-")
+        assert len(base64.urlsafe_b64decode(cluster_id + "==")) == 16
+    # an id that would start with "-" (first byte 0xf8..0xfb) or a reserved one is drawn again
+    draws = iter([b"\xf8" + bytes(15), bytes(16), bytes(15) + b"\x01", b"\x01" * 16])
+    monkeypatch.setattr(brokers.os, "urandom", lambda n: next(draws))
+    assert brokers.random_cluster_id() == base64.urlsafe_b64encode(b"\x01" * 16).decode()[:22]

@@ -760,6 +760,20 @@ def _file_tail(paths: list[str], lines: int) -> str:
     return "(no log)"
 
 
+def random_cluster_id() -> str:
+    """A KRaft cluster id as ``kafka-storage.sh random-uuid`` makes one (Kafka's
+    ``Uuid.randomUuid()``): 16 random bytes in URL-safe base64 without padding, never one that
+    starts with ``-`` (the tools would read it as an option) and never the all-zero or the
+    metadata topic's reserved ids. Made here: the tool is a JVM started for 22 characters."""
+    import base64
+
+    while True:
+        raw = os.urandom(16)
+        text = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        if not text.startswith("-") and raw not in (bytes(16), bytes(15) + b"\x01"):
+            return text
+
+
 def _single_node_defaults(data_dir: str) -> dict[str, str]:
     """Broker settings of a one-node test broker of either generation: internal topics with one
     replica and few partitions (quick to create), no initial rebalance delay and short session
@@ -870,8 +884,7 @@ class LocalKafkaBroker(_LocalDistributionBroker):
     def _format(self) -> None:
         storage = os.path.join(self.kafka_home, "bin", "kafka-storage.sh")
         env = self._tool_env()
-        cluster_id = subprocess.run([storage, "random-uuid"], capture_output=True, text=True,
-                                    env=env, timeout=120, check=True).stdout.strip().splitlines()[-1]
+        cluster_id = random_cluster_id()
         users = [arg for mechanism, name, password in self.scram_users
                  for arg in ("--add-scram", f"{mechanism}=[name={name},password={password}]")]
         # --standalone (Kafka 3.9+, dynamic quorum); older KRaft releases format without it.

@@ -84,6 +84,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, TypeVar
 
 from .brokers import (BrokerHandle, BrokerStartError, _free_port, _live_brokers, _live_lock,
+                      random_cluster_id,
                       _tcp_open, _track, wait_for_broker)
 from .cluster_security import SecureListener
 from .cluster_tools import ClusterTools
@@ -390,11 +391,7 @@ class KafkaCluster(ClusterTools, BrokerHandle):
     def _format_storage(self) -> None:
         """KRaft: one cluster id, every node's storage formatted with it (in parallel)."""
         env = self._tool_env()
-        out = subprocess.run([self._bin("kafka-storage.sh"), "random-uuid"], capture_output=True,
-                             text=True, env=env, timeout=120)
-        if out.returncode != 0:
-            raise ClusterError(f"kafka-storage.sh random-uuid failed: {out.stdout}{out.stderr}")
-        cluster_id = out.stdout.strip().splitlines()[-1]
+        cluster_id = random_cluster_id()
         procs = {n.node_id: subprocess.Popen(
             [self._bin("kafka-storage.sh"), "format", "-t", cluster_id, "-c", n.config_path,
              *(self.secure.format_args() if self.secure is not None else ())],

@@ -229,6 +229,8 @@ class TimingPlugin:
         self.uninstall()
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
+        if not self._records:  # e.g. the controller of -n N: its workers wrote the file
+            return
         sums = {c: sum(r[c] for r in self._records) for c in (*CATEGORIES, "work", "wall")}
         terminalreporter.write_line(
             "time per category (s): " + ", ".join(f"{c} {sums[c]:.0f}" for c in sums)
