@@ -15,6 +15,7 @@ import time
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.coordinator.assignors.range import RangePartitionAssignor
+from kafka.errors import CoordinatorLoadInProgressError, CoordinatorNotAvailableError
 from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from kafka.protocol.admin import DescribeGroupsRequest
 
@@ -58,9 +59,15 @@ def produce_counts(bootstrap, topic, per_partition: dict[int, int], start: dict[
 
 
 def committed(bootstrap, group, topic) -> dict[int, int]:
+    """The group's committed offsets for ``topic``; nothing (``{}``) while the broker has no
+    coordinator for the group yet (a fresh broker creates ``__consumer_offsets`` on the first
+    FindCoordinator, and answers COORDINATOR_NOT_AVAILABLE meanwhile)."""
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
-        offsets = admin.list_group_offsets(group).get(group, {})
+        try:
+            offsets = admin.list_group_offsets(group).get(group, {})
+        except (CoordinatorNotAvailableError, CoordinatorLoadInProgressError):
+            return {}
         return {tp.partition: om.offset for tp, om in offsets.items() if tp.topic == topic}
     finally:
         admin.close()
