@@ -521,8 +521,17 @@ class Stream:
             raise AssertionError(f"the stream failed: {short(failed, 2000)}")
 
     def wait_for_rows(self, n: int, timeout_s: float) -> None:
+        """Until the stream has put ``n`` rows into its sink. Counted from Spark's progress
+        reports (a micro-batch's ``numInputRows`` is reported once its rows are in the sink),
+        which costs no Spark job, unlike reading the sink, while the stream shares the cores;
+        from the sink itself once the reports no longer reach back to the query's start."""
         def enough():
             self._alive()
+            progress = self.query.recentProgress
+            if not progress:
+                return False
+            if progress[0].get("batchId") == 0:  # every batch since the sink was empty
+                return sum(p.get("numInputRows", 0) for p in progress) >= n
             return len(self.rows()) >= n
 
         wait_until(enough, timeout_s, f"{n} rows in the stream's sink", interval_s=1.0)
@@ -539,10 +548,12 @@ class Stream:
         return {int(p): int(o) for p, o in (end or {}).get(topic, {}).items()}
 
     def drain(self, truth: dict, ends: dict[int, int], watch: CommitWatch, topic: str,
-              timeout_s: float = 180) -> None:
-        """Wait until the stream has completed a micro-batch ending at ``ends``, its sink holds
-        every record of ``truth`` and the group committed ``ends``; raises if the stream failed
-        or any of it does not happen in time."""
+              timeout_s: float = 180) -> list[tuple[int, int, str]]:
+        """Wait until the stream has completed a micro-batch ending at ``ends`` and the group
+        committed ``ends``, then until its sink holds every record of ``truth``; raises if the
+        stream failed or any of it does not happen in time. Returns the sink's rows as last
+        read, after the commits were seen: what the checks judge (one read of the sink, not
+        one to wait and another to check)."""
         def caught_up():
             self._alive()
             done = self.progress_end(topic)
@@ -551,19 +562,22 @@ class Stream:
         wait_until(caught_up, timeout_s, f"the stream to reach {ends} (progress: "
                    f"{self.progress_end(topic)})", interval_s=0.5)
 
-        def complete():
-            self._alive()
-            return set(truth) <= {(p, o) for p, o, _ in self.rows()}
-
-        wait_until(complete, 30, f"all {len(truth)} records in the stream's sink",
-                   interval_s=3.0)
-
         def committed():
             self._alive()
             return all(watch.last.get(p) == o for p, o in ends.items() if o > 0)
 
         wait_until(committed, 60, f"the group's commits to reach {ends} (last seen "
                    f"{watch.last})")
+        rows: list[tuple[int, int, str]] = []
+
+        def complete():
+            self._alive()
+            rows[:] = self.rows()
+            return set(truth) <= {(p, o) for p, o, _ in rows}
+
+        wait_until(complete, 30, f"all {len(truth)} records in the stream's sink",
+                   interval_s=3.0)
+        return list(rows)
 
     def stop(self) -> None:
         try:
@@ -814,13 +828,16 @@ class Run:
                 self.feed.check(figures)
                 check_acknowledged(figures, "feed", self.feed.acked, truth)
             if self.stream is not None:
+                rows = None
                 try:
-                    self.stream.drain(truth, ends, self.watch, self.topic)
+                    rows = self.stream.drain(truth, ends, self.watch, self.topic)
                 except AssertionError as exc:
                     figures.problem(str(exc))
                 failed = self.stream.failure() is not None
                 self.log("checking the stream")
-                check_reads(figures, "stream", truth, self.stream.rows(), complete=not failed)
+                check_reads(figures, "stream", truth,
+                            rows if rows is not None else self.stream.rows(),
+                            complete=not failed)
             if self.batches is not None:
                 self.log(f"checking {len(self.batches.reads)} batch reads")
                 self.batches.check(figures, truth)

@@ -45,6 +45,7 @@ import os
 import signal
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
@@ -218,7 +219,10 @@ def test_rolling_restart_of_all_brokers(whole_cluster, spark, figures, tmp_path,
         run.log("rolling restart done; traffic goes on for 2.5 sessions on the restarted nodes")
         time.sleep(2.5 * REAUTH_MS / 1000)
         # read before finish(): it stops the stream, and the counters start at each restart
-        counters = {node: c.socket_server_metrics(node, "SECURE") for node in c.nodes}
+        # one JmxTool JVM per node, side by side
+        with ThreadPoolExecutor(len(c.nodes)) as pool:
+            counters = dict(zip(c.nodes, pool.map(
+                lambda node: c.socket_server_metrics(node, "SECURE"), c.nodes)))
         run.log(f"SECURE listener counters: {counters}")
         total = {key: int(sum(n[key] for n in counters.values()))
                  for key in next(iter(counters.values()))}

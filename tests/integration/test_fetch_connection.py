@@ -26,7 +26,9 @@ from kafka_source.wire.net.client import BrokerClient
 
 from .test_batch_read import produce, varied_records
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.skip_on_embedded(
+    "starts a real Kafka of its own from KAFKA_HOME with TLS and SASL listeners; it ran in the "
+    "real-Kafka pass (the embedded broker has no such listeners)")
 
 PASSWORD = "keystore-secret"
 REAUTH_MS = 3000
