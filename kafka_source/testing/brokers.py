@@ -874,6 +874,12 @@ class LocalKafkaBroker(_LocalDistributionBroker):
             **_single_node_defaults(self.dir),
             "share.coordinator.state.topic.replication.factor": "1",
             "share.coordinator.state.topic.min.isr": "1",
+            # Consumer-protocol groups (KIP-848, Kafka 4.0): members heartbeat every second
+            # (default 5 s, also the minimum), so that each step of a rebalance, which a member
+            # learns of from its next heartbeat, takes a second; what the steps are and which
+            # member gives up what stays the same.
+            "group.consumer.heartbeat.interval.ms": "1000",
+            "group.consumer.min.heartbeat.interval.ms": "1000",
             **self.properties,
         }
         self._write_properties(self._conf, props)
