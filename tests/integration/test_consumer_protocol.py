@@ -250,11 +250,7 @@ def test_a_query_and_a_classic_java_consumer_share_a_consumer_protocol_group(
     java = None
     try:
         # Java's classic consumer with its default assignors (range, cooperative-sticky).
-        # A 6 s session: heartbeats every 1.2 s (not 9 s), so that the classic member hears of
-        # each rebalance within about a second, as the query does (the broker's heartbeat
-        # interval in these tests).
-        java = JavaConsumer(bootstrap_servers, topic, group, session_timeout_ms=6_000,
-                            **{"group.protocol": "classic"})
+        java = JavaConsumer(bootstrap_servers, topic, group, **{"group.protocol": "classic"})
         status = split_two_and_two(bootstrap_servers, group, java)
         # Still a group of the consumer protocol, described by ConsumerGroupDescribe: the
         # classic member joined it, it did not turn the group into a classic one.
