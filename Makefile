@@ -17,12 +17,13 @@ SPARK_PY_ENV = PYSPARK_PYTHON="$(CURDIR)/$(VPY)" PYSPARK_DRIVER_PYTHON="$(CURDIR
 # The unit tests: everything that needs neither a broker nor Spark (conftest.py marks the rest).
 UNIT_MARKS  := -m "not integration and not spark"
 
-.PHONY: help install install-bench check-java check test demo bench clean
+.PHONY: help install install-bench check-java check test ci demo bench clean
 
 help:
 	@echo "make install   create $(VENV) and install the package with its test extras (idempotent)"
 	@echo "make check     the inner loop: unit tests on both cores, then the smoke tests on one broker (~3-4 min)"
 	@echo "make test      run the test suite (PYTEST_ARGS='-k foo -x' to pass options to pytest)"
+	@echo "make ci        what CI runs (.ci/run): every pass, two lanes side by side"
 	@echo "make demo      the streaming demo: a query in a consumer group, its lag, a resume (notebooks/demo.py)"
 	@echo "make bench     run benchmarks/run.py (installs the 'bench' extras)"
 	@echo "make clean     remove $(VENV) and build/test leftovers"
@@ -77,6 +78,9 @@ test: check-java install
 check: check-java install
 	@$(SPARK_PY_ENV) $(VPY) -m pytest -q -n 2 $(UNIT_MARKS) $(PYTEST_ARGS)
 	@$(SPARK_PY_ENV) $(VPY) -m pytest -q -m smoke $(PYTEST_ARGS)
+
+ci:
+	bash .ci/run
 
 demo: check-java install
 	$(SPARK_PY_ENV) $(VPY) notebooks/demo.py
