@@ -229,8 +229,10 @@ class TimingPlugin:
         self.uninstall()
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
-        if not self._records:  # e.g. the controller of -n N: its workers wrote the file
-            return
+        config = terminalreporter.config
+        if not self._records or (not hasattr(config, "workerinput")
+                                 and getattr(config.option, "numprocesses", None)):
+            return  # the controller of -n N only hears of its workers' tests
         sums = {c: sum(r[c] for r in self._records) for c in (*CATEGORIES, "work", "wall")}
         terminalreporter.write_line(
             "time per category (s): " + ", ".join(f"{c} {sums[c]:.0f}" for c in sums)
