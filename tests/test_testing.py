@@ -190,15 +190,17 @@ def test_unreachable_external_broker_fails_fast_and_clearly(monkeypatch):
     assert time.monotonic() - start < 10
 
 
-def test_free_ports_are_never_handed_out_twice(monkeypatch):
-    """A broker's listeners are picked one after the other; the kernel may offer a just-closed
-    probe port again, and two listeners on one port stop the broker from starting."""
+@pytest.fixture
+def offered_ports(monkeypatch, tmp_path):
+    """The list of ports the kernel's probe sockets will offer ``_free_port``, in order (fill
+    it); nothing handed out yet, and the ports held in a directory of the test's own."""
     from kafka_source.testing import brokers
-    offered = iter([50001, 50001, 50002, 50001, 50002, 50003])
+
+    offered: list[int] = []
 
     class Probe:
         def __init__(self, *args):
-            self.port = next(offered)
+            self.port = offered.pop(0)
 
         def __enter__(self):
             return self
@@ -212,12 +214,25 @@ def test_free_ports_are_never_handed_out_twice(monkeypatch):
         def getsockname(self):
             return ("127.0.0.1", self.port)
 
+    monkeypatch.setattr(brokers, "_PORTS_DIR", str(tmp_path / "ports"))
     monkeypatch.setattr(brokers, "_handed_out_ports", set())
+    monkeypatch.setattr(brokers, "_port_locks", {})
     monkeypatch.setattr(brokers.socket, "socket", Probe)
+    yield offered
+    for fd in brokers._port_locks.values():
+        os.close(fd)
+
+
+def test_free_ports_are_never_handed_out_twice(offered_ports):
+    """A broker's listeners are picked one after the other; the kernel may offer a just-closed
+    probe port again, and two listeners on one port stop the broker from starting."""
+    from kafka_source.testing import brokers
+
+    offered_ports.extend([50001, 50001, 50002, 50001, 50002, 50003])
     assert [brokers._free_port() for _ in range(3)] == [50001, 50002, 50003]
 
 
-def test_a_port_another_process_holds_is_not_handed_out(monkeypatch, tmp_path):
+def test_a_port_another_process_holds_is_not_handed_out(offered_ports, monkeypatch, tmp_path):
     """CI runs two passes side by side: a port that another process picked (and holds) is
     skipped, even when the kernel offers it again before that process binds it; once that
     process is gone the port can be had again."""
@@ -226,45 +241,22 @@ def test_a_port_another_process_holds_is_not_handed_out(monkeypatch, tmp_path):
 
     from kafka_source.testing import brokers
 
-    class Probe:
-        offered: list = []
-
-        def __init__(self, *args):
-            self.port = Probe.offered.pop(0)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def bind(self, address):
-            pass
-
-        def getsockname(self):
-            return ("127.0.0.1", self.port)
-
-    monkeypatch.setattr(brokers, "_PORTS_DIR", str(tmp_path))
-    monkeypatch.setattr(brokers, "_handed_out_ports", set())
-    monkeypatch.setattr(brokers, "_port_locks", {})
-    monkeypatch.setattr(brokers.socket, "socket", Probe)
+    os.makedirs(brokers._PORTS_DIR)
     holder = subprocess.Popen(
         [sys.executable, "-c", "import fcntl, os, sys, time\n"
          "fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDWR)\n"
          "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(60)",
-         str(tmp_path / "50001")], stdout=subprocess.PIPE, text=True)
+         os.path.join(brokers._PORTS_DIR, "50001")], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        Probe.offered = [50001, 50002]
+        offered_ports.extend([50001, 50002])
         assert brokers._free_port() == 50002
     finally:
         holder.kill()
         holder.wait()
     monkeypatch.setattr(brokers, "_handed_out_ports", set())
-    Probe.offered = [50001]
+    offered_ports.append(50001)
     assert brokers._free_port() == 50001
-    for fd in brokers._port_locks.values():
-        os.close(fd)
 
 
 def test_free_ports_are_distinct_and_free():

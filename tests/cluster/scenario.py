@@ -1,7 +1,10 @@
 """What the cluster scenarios share: traffic that keeps running while a fault happens, and the
 record-by-record checks afterwards.
 
-Traffic (each a thread, started before the fault and stopped after the cluster is whole again):
+Traffic (each a thread, started before the fault and stopped after the cluster is whole again;
+it runs for as long as the scenario takes, so a fault that passes sooner -- a broker JVM that
+restarts faster -- leaves fewer repeated batch reads and fewer records checked, never a fault
+window without traffic):
 
 * :class:`Feed` -- a kafka-python producer (``acks=all``, idempotent) writing unique values
   ``<prefix><seq>`` round-robin over a topic's partitions, remembering what was acknowledged.
