@@ -288,6 +288,14 @@ def parse_offset_spec(opts: Mapping[str, str], *, which: str, default: str,
     return OffsetSpec("offsets", per_partition=per, option=off_key)
 
 
+def _warn_about_names(opts: Mapping[str, str], scope: str) -> None:
+    """Names that are no option (a typo) or for another kind of query: one warning each,
+    from the option catalog (imported here: it imports this module for its defaults)."""
+    from .catalog import warn_about_names
+
+    warn_about_names(opts, scope, log)
+
+
 def _check_unsupported_kafka_params(opts: Mapping[str, str], *, streaming: bool) -> None:
     for name, instead in _UNSUPPORTED_KAFKA_PARAMS.items():
         if f"kafka.{name}" in opts:
@@ -325,6 +333,7 @@ def validate_common_options(options: Mapping[str, str]) -> None:
 def parse_batch_options(options: Mapping[str, str]) -> SourceOptions:
     """Validate the options of ``spark.read.format("pykafka")``."""
     opts = _lower_keys(options)
+    _warn_about_names(opts, "read")
     sub = parse_subscription(opts)
     _check_unsupported_kafka_params(opts, streaming=False)
     starting = parse_offset_spec(opts, which="starting", default="earliest",
@@ -510,6 +519,7 @@ def _parse_group_instance_id(opts: Mapping[str, str], sub: Subscription, *,
 def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
     """Validate the options of ``spark.readStream.format("pykafka")``."""
     opts = _lower_keys(options)
+    _warn_about_names(opts, "stream")
     sub = parse_subscription(opts)
     _check_unsupported_kafka_params(opts, streaming=True)
     for key in ("endingoffsets", "endingoffsetsbytimestamp", "endingtimestamp"):

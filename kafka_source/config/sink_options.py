@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Mapping
 
 from ..errors import OptionError
+from . import catalog
 from .client_config import _FETCH_SETTINGS, _IGNORED, client_config_from_options
 from .options import _lower_keys, parse_bool
 
@@ -128,16 +129,6 @@ _IGNORED_PRODUCER = {
 _CONSUMER_ONLY = ({name for name in _FETCH_SETTINGS if name not in _SHARED} | set(_IGNORED)
                   | {"key.deserializer", "value.deserializer", "enable.auto.commit",
                      "auto.commit.interval.ms", "exclude.internal.topics"}) - _IGNORED_PRODUCER
-# The source's own options (read side), by lower-cased key -> the name users write.
-_READ_OPTIONS = {k.lower(): k for k in (
-    "subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets",
-    "startingOffsetsByTimestamp", "endingOffsetsByTimestamp", "startingTimestamp",
-    "endingTimestamp", "startingOffsetsByTimestampStrategy", "failOnDataLoss", "minPartitions",
-    "maxPartitions", "maxRecordsPerPartition", "maxOffsetsPerTrigger", "minOffsetsPerTrigger",
-    "maxTriggerDelay", "includeHeaders", "groupIdPrefix", "kafkaConsumer.pollTimeoutMs",
-    "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "commitOffsets", "assignor")}
-
-
 @dataclass(frozen=True)
 class SinkOptions:
     """The validated options of one write. Picklable; contains no live objects."""
@@ -214,13 +205,11 @@ def _reject_unsupported(opts: Mapping[str, str]) -> None:
 def _warn_meaningless(opts: Mapping[str, str]) -> None:
     consumer = sorted(f"kafka.{k[6:]}" for k in opts
                       if k.startswith("kafka.") and k[6:] in _CONSUMER_ONLY)
-    reads = sorted(_READ_OPTIONS[k] for k in opts if k in _READ_OPTIONS)
     if consumer:
         log.warning("Kafka consumer option(s) %s have no effect on a write (the sink is a "
                     "producer) and are ignored.", ", ".join(f"'{n}'" for n in consumer))
-    if reads:
-        log.warning("Read option(s) %s have no effect on a write and are ignored.",
-                    ", ".join(f"'{n}'" for n in reads))
+    # the source's own options (subscribe, startingOffsets, ...) and names that are no option
+    catalog.warn_about_names(opts, "write", log)
     if "kafka.retries" in opts:
         log.warning("Kafka option 'kafka.retries' is not used: the sink retries a failed send "
                     "until 'kafka.delivery.timeout.ms' has passed, then fails the task.")
