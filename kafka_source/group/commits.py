@@ -77,8 +77,11 @@ class _PendingCommit:
     generation: object = None          # the member's generation it was made in
 
 
-class _RetriesExhausted(KafkaSourceError):
-    """A request to the coordinator failed for retriable reasons for its whole time budget."""
+class GroupCoordinatorTimeoutError(KafkaSourceError):
+    """A request to the group's coordinator (OffsetFetch, OffsetCommit) failed for retriable
+    reasons for its whole time budget, ``kafka.default.api.timeout.ms``. Commits that run out of
+    time are logged and made again at the next trigger; an offset fetch that does fails the
+    query with this error, which names the option and the last error seen."""
 
 
 class GroupCommits:
@@ -128,7 +131,7 @@ class GroupCommits:
         at most ``budget_ms`` (default ``kafka.default.api.timeout.ms``, as the Java consumer's
         commitSync and committed): one request that timed out (``kafka.request.timeout.ms``) is
         retried. ``attempt`` may append why it failed to ``errors``. Raises
-        :class:`_RetriesExhausted` when the budget is spent."""
+        :class:`GroupCoordinatorTimeoutError` when the budget is spent."""
         budget_ms = self.options.api_timeout_ms if budget_ms is None else budget_ms
         deadline = time.monotonic() + budget_ms / 1000
         failures = 0
@@ -146,7 +149,7 @@ class GroupCommits:
             if time.monotonic() >= deadline:
                 last_error = errors[-1] if errors else \
                     "the coordinator kept answering with retriable errors"
-                raise _RetriesExhausted(f"{what} for consumer group '{self.group_id}' did not "
+                raise GroupCoordinatorTimeoutError(f"{what} for consumer group '{self.group_id}' did not "
                                         f"succeed within {budget_ms} ms (option "
                                         f"'kafka.default.api.timeout.ms'); last error: "
                                         f"{last_error}.")
@@ -372,7 +375,7 @@ class GroupCommits:
         try:
             return self._commit_sync(pending.offsets, budget_ms=retry_ms,
                                      epochs=pending.epochs)
-        except _RetriesExhausted as exc:
+        except GroupCoordinatorTimeoutError as exc:
             self._commit_failed(pending.offsets, str(exc), final=True)
             return False
 

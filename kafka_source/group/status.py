@@ -49,6 +49,8 @@ __all__ = ["GroupStatus", "MemberStatus", "PartitionStatus", "describe_group"]
 
 @dataclass(frozen=True)
 class MemberStatus:
+    """One member of the group: its id, client id, host and the partitions it owns."""
+
     member_id: str
     client_id: str
     host: str
@@ -58,6 +60,8 @@ class MemberStatus:
 
 @dataclass(frozen=True)
 class PartitionStatus:
+    """One partition the group reads: its committed offset, log end, lag and owner."""
+
     topic: str
     partition: int
     committed: int | None     # the group's committed offset; None: never committed
@@ -71,6 +75,10 @@ class PartitionStatus:
 
 @dataclass(frozen=True)
 class GroupStatus:
+    """A consumer group as the brokers report it (:func:`describe_group`): what
+    ``kafka-consumer-groups.sh --describe`` shows, for pykafka queries, Java and Python
+    consumers alike."""
+
     group_id: str
     state: str                # Empty, PreparingRebalance, CompletingRebalance, Stable, Dead
     assignor: str             # the protocol (assignor) the group agreed on; "" when empty
