@@ -7,6 +7,9 @@ VENV        := .venv
 VPY         := $(VENV)/bin/python
 STAMP       := $(VENV)/.install.stamp
 BENCH_STAMP := $(VENV)/.bench.stamp
+DOCS_STAMP  := $(VENV)/.docs.stamp
+RELEASE_STAMP := $(VENV)/.release.stamp
+DOCS_ADDR   ?= 127.0.0.1:8000
 PIP_FLAGS   ?= -q --disable-pip-version-check
 PYTEST_ARGS ?=
 BENCH_ARGS  ?=
@@ -17,7 +20,7 @@ SPARK_PY_ENV = PYSPARK_PYTHON="$(CURDIR)/$(VPY)" PYSPARK_DRIVER_PYTHON="$(CURDIR
 # The unit tests: everything that needs neither a broker nor Spark (conftest.py marks the rest).
 UNIT_MARKS  := -m "not integration and not spark"
 
-.PHONY: help install install-bench check-java check test ci demo bench clean
+.PHONY: help install install-bench check-java check test ci demo bench docs docs-build release-check clean
 
 help:
 	@echo "make install   create $(VENV) and install the package with its test extras (idempotent)"
@@ -26,6 +29,9 @@ help:
 	@echo "make ci        what CI runs (.ci/run): every pass, two lanes side by side"
 	@echo "make demo      the streaming demo: a query in a consumer group, its lag, a resume (notebooks/demo.py)"
 	@echo "make bench     run benchmarks/run.py (installs the 'bench' extras)"
+	@echo "make docs      serve the documentation site on http://$(DOCS_ADDR) (docs/, mkdocs.yml)"
+	@echo "make docs-build  build the site into site/ with mkdocs build --strict (as CI does)"
+	@echo "make release-check  build the sdist and wheel, twine check, install each in a clean venv and read a topic"
 	@echo "make clean     remove $(VENV) and build/test leftovers"
 	@echo "Broker: KAFKA_BOOTSTRAP_SERVERS=host:port uses that Kafka; else Docker (testcontainers)"
 	@echo "        if an engine answers; else Kafka from KAFKA_HOME (KRaft); else the embedded Tansu"
@@ -43,6 +49,14 @@ $(STAMP): pyproject.toml kafka_source/wire/format/_recwalk.c | $(VPY)
 
 $(BENCH_STAMP): pyproject.toml $(STAMP)
 	$(VPY) -m pip install $(PIP_FLAGS) -e '.[test,bench]'
+	@touch $@
+
+$(DOCS_STAMP): pyproject.toml $(STAMP)
+	$(VPY) -m pip install $(PIP_FLAGS) -e '.[test,docs]'
+	@touch $@
+
+$(RELEASE_STAMP): pyproject.toml $(STAMP)
+	$(VPY) -m pip install $(PIP_FLAGS) -e '.[test,release]'
 	@touch $@
 
 install: $(STAMP)
@@ -89,6 +103,18 @@ bench: check-java install-bench
 	@if [ ! -f benchmarks/run.py ]; then echo "benchmarks/run.py is not written yet" >&2; exit 1; fi
 	$(SPARK_PY_ENV) $(VPY) benchmarks/run.py $(BENCH_ARGS)
 
+# The documentation site: served with live reload while you edit docs/ (the option reference and
+# the error messages are generated as it builds: docs/hooks.py), or built as CI builds it.
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve -a $(DOCS_ADDR)
+
+docs-build: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# What a user installs: .ci/release-check (needs Java and KAFKA_HOME or ../shared/kafka).
+release-check: check-java $(RELEASE_STAMP)
+	bash .ci/release-check
+
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis spark-warehouse metastore_db derby.log
+	rm -rf $(VENV) site build dist *.egg-info .pytest_cache .hypothesis spark-warehouse metastore_db derby.log
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

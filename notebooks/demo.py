@@ -177,7 +177,7 @@ def main() -> int:
         print(f"producer done: {produced_early} events")
         # Stop only once every batch query 1 ran is committed: the group then holds exactly
         # what it counted (a batch that completes just before stop() is committed at the next
-        # trigger, which a stopped query never runs; see the README's group semantics).
+        # trigger, which a stopped query never runs; see docs/groups.md, group semantics).
         at_stop = wait_for(lambda: caught_up(options, group, topic, produced_early), 120,
                            "query 1 to catch up and commit everything")
         query.stop()

@@ -501,7 +501,7 @@ class GroupMember(GroupCommits):
         -- a new group, the generated one of every query without ``kafka.group.id``, or one all
         members left -- so that members starting together join in one rebalance. Java's
         consumer waits the same; measured on Kafka 4.0 with the default: 3.0-3.5 s, against
-        0.04 s at 0 (README, "Group semantics and guarantees")."""
+        0.04 s at 0 (docs/groups.md, "Group semantics and guarantees")."""
         log.info("Group '%s': joining took %.1f s with this member alone in the group: brokers "
                  "hold the first member of an empty group for group.initial.rebalance.delay.ms "
                  "(3 s by default) so that members starting together join in one rebalance. "

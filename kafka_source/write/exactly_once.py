@@ -90,7 +90,7 @@ Limits
   * A batch write (``df.write``) cannot be exactly-once: it has no checkpoint to resume from.
   * On a cluster with an authorizer the marker's OffsetCommit needs READ on the marker group
     and READ on the topic it is committed on (a written topic), besides the WRITE that the
-    records and transactions need: the README lists the ACLs. The driver checks the topic's
+    records and transactions need: docs/writing.md lists the ACLs. The driver checks the topic's
     when the query starts (:func:`check_marker_access`), so that a missing ACL fails the query
     then, named, rather than every micro-batch at its commit.
 """
@@ -345,7 +345,7 @@ def check_marker_access(options) -> None:
 
     The check commits nothing (:meth:`MarkerStore.check_commit_access`) for a stand-in of the
     marker group -- the prefix and a query id of zeros -- which READ on groups with the
-    prefix covers, as the README asks. A principal whose READ is on this query's own group
+    prefix covers, as docs/writing.md asks. A principal whose READ is on this query's own group
     only (a literal ACL) is not denied for that: then only a warning says the topic could not
     be checked."""
     prefix = options.transactional_id_prefix

@@ -1,4 +1,4 @@
-"""Exactly-once streaming writes on an ACL-secured Kafka, with exactly the ACLs the README
+"""Exactly-once streaming writes on an ACL-secured Kafka, with exactly the ACLs docs/writing.md
 documents (issue 18 item 3).
 
 One broker for the module (from ``KAFKA_HOME``, or in ZooKeeper mode from ``KAFKA_ZK_HOME`` on
@@ -103,7 +103,8 @@ def grant(broker, *acls) -> None:
 
 
 def documented_acls(topic: str, *, topic_read: bool = True) -> list[tuple[str, str, str, str]]:
-    """The README's ACLs for an exactly-once query with prefix ``PREFIX`` writing ``topic``."""
+    """The ACLs docs/writing.md gives for an exactly-once query with prefix ``PREFIX`` writing
+    ``topic``."""
     acls = [("TRANSACTIONAL_ID", PREFIX, "PREFIXED", "WRITE"),
             ("GROUP", PREFIX, "PREFIXED", "READ"),
             ("TOPIC", topic, "LITERAL", "WRITE")]
