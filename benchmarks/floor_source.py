@@ -38,8 +38,8 @@ from typing import Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, \
     InputPartition
-from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
-                                              SupportsTriggerAvailableNow)
+from kafka_source.spark_features import (ReadAllAvailable, ReadLimit, ReadMaxRows,
+                                         SupportsTriggerAvailableNow)
 
 FLOOR_NAME = "pykafka_floor"
 DEFAULT_BATCH_BYTES = 8 << 20
@@ -201,6 +201,7 @@ class FloorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, spec: _Spec):
         self.spec = spec
+        self._next: dict | None = None    # PySpark 4.0/4.1: the next batch's start
 
     def initialOffset(self) -> dict:
         return {str(p): 0 for p in self.spec.counts}
@@ -213,9 +214,12 @@ class FloorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         pass            # the data never grows: the end is always ``counts``
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
         from kafka_source.read.admission import rate_limit
 
+        if start is None:   # PySpark 4.0/4.1 (kafka_source.spark_features): as pykafka's reader
+            start = self._next if self._next is not None else self.initialOffset()
+            limit = self.getDefaultReadLimit()
         begin = {int(p): int(o) for p, o in start.items()}
         end = dict(self.spec.counts)
         if isinstance(limit, ReadMaxRows):
@@ -223,6 +227,7 @@ class FloorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {str(p): o for p, o in end.items()}
 
     def partitions(self, start: dict, end: dict) -> list:
+        self._next = end
         return self.spec.plan({int(p): int(o) for p, o in start.items()},
                               {int(p): int(o) for p, o in end.items()}, stream=True)
 

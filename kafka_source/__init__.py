@@ -60,10 +60,28 @@ def register(spark) -> None:
     parallelism, which decides how many tasks small reads are packed into).
 
     Also keeps the values of secret options (``kafka.sasl.jaas.config``, passwords, keys) out of
-    py4j's DEBUG log of this driver process (:mod:`kafka_source.config.secrets`)."""
+    py4j's DEBUG log of this driver process (:mod:`kafka_source.config.secrets`).
+
+    Harmless where the source was already found by auto-discovery and the session refuses to
+    register over it (PySpark 4.0: ``DATA_SOURCE_ALREADY_EXISTS``; 4.1 and later replace it):
+    ``format("pykafka")`` then goes on working as discovered, and only the default parallelism
+    is not passed on (``maxPartitions`` then has no default)."""
+    import logging
+
     from .config.client_config import SECRET_OPTIONS
     from .config.secrets import redact_py4j_option_logs
     from .datasource import KafkaDataSource
 
     redact_py4j_option_logs(SECRET_OPTIONS)
-    spark.dataSource.register(KafkaDataSource.for_session(spark))
+    try:
+        spark.dataSource.register(KafkaDataSource.for_session(spark))
+    except Exception as exc:
+        error_class = getattr(exc, "getErrorClass", lambda: None)()
+        if error_class != "DATA_SOURCE_ALREADY_EXISTS" and \
+                "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
+            raise
+        logging.getLogger(__name__).info(
+            "format('pykafka') is already registered by PySpark's data source auto-discovery, "
+            "and this Spark does not register over it (PySpark 4.0); it is used as discovered, "
+            "without the session's default parallelism (set 'maxPartitions' to bound the "
+            "number of tasks).")

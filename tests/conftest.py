@@ -80,6 +80,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "smoke: one of the few integration tests `make check` runs on one broker")
     config.addinivalue_line("markers", "once: a long test that CI runs in its first pass only")
+    config.addinivalue_line(
+        "markers", "requires_spark(feature, what): skip where the installed PySpark lacks the "
+        "feature of kafka_source.spark_features (e.g. ADMISSION_CONTROL), naming what it is")
     # Every JVM the run starts (Spark, brokers, ZooKeeper, Kafka's tools) compiles with C1 only
     # and collects with the serial collector: a third less CPU (kafka_source/testing/jvm.py).
     from kafka_source.testing import jvm, timing
@@ -113,11 +116,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
         if "spark" in names:
             item.add_marker(pytest.mark.spark)
+        for marker in item.iter_markers("requires_spark"):
+            _skip_without_spark_feature(item, *marker.args)
     if not _cluster_tests_asked_for(config):
         left_out = [item for item in items if item.get_closest_marker("cluster")]
         if left_out:
             config.hook.pytest_deselected(items=left_out)
             items[:] = [item for item in items if not item.get_closest_marker("cluster")]
+
+
+def _skip_without_spark_feature(item: pytest.Item, feature: str, what: str) -> None:
+    """``@pytest.mark.requires_spark("ADMISSION_CONTROL", "...")``: skip where the installed
+    PySpark lacks that feature of :mod:`kafka_source.spark_features`, naming it, as
+    ``requires_broker`` does for Kafka releases."""
+    import pyspark
+
+    from kafka_source import spark_features
+
+    if not getattr(spark_features, feature):
+        item.add_marker(pytest.mark.skip(
+            reason=f"needs {what}; PySpark {pyspark.__version__} has not got it"))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:

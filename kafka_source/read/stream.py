@@ -44,6 +44,23 @@ therefore asks the brokers nothing: steps 2 to 4 are skipped, the end offsets fo
 and topics that appear during the run are not read in it, as in Spark; a run that began before
 a topic was deleted or truncated finds out when it reads (``failOnDataLoss``).
 
+PySpark 4.0 and 4.1 (no admission control for Python sources: :mod:`kafka_source.spark_features`)
+call ``latestOffset()`` with no arguments, once per trigger, never ``prepareForTriggerAvailableNow``
+and ``getDefaultReadLimit``, and ask ``initialOffset()`` only after the first ``latestOffset()``
+(measured on 4.0.5 and 4.1.4). The reader then keeps its own start: the query's initial offsets,
+then the end of each batch Spark plans (``partitions(start, end)``: the next ``latestOffset()``
+comes after that batch completed), and after a restart the end of the checkpoint's last batch,
+which Spark hands over as ``partitions(end, end)`` before anything else. It applies
+``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` and ``maxTriggerDelay`` itself, with the same
+code as on 4.2, so the same backlog gives the same micro-batches. ``Trigger.AvailableNow`` runs as
+one micro-batch there (SPARK-45178) that the reader cannot tell from any other trigger: the rate
+limits apply to it, and a run that they cut short says so when it stops (the next run goes on
+from there). Spark calls ``commit`` for that batch only in the next run; the group gets its
+offsets at the next run's first trigger, as the checkpoint does. With
+``spark.sql.streaming.triggerAvailableNowWrapper.enabled`` Spark calls ``latestOffset()`` for
+other purposes too, so a planned batch no longer ends where the last call said: the reader
+refuses that with an error naming the configuration, before committing anything from it.
+
 Offsets are Spark's Kafka source JSON, ``{"topic": {"partition": next_offset}}``, holding the
 partitions this member read in that batch.
 
@@ -90,8 +107,6 @@ from typing import Iterator, Mapping
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
-                                              ReadMinRows, SupportsTriggerAvailableNow)
 
 from .admission import hold_back, rate_limit
 from ..wire.net.client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient, TopicPartition
@@ -99,6 +114,8 @@ from ..errors import BrokerUnavailableError, KafkaSourceError, OptionError
 from .offsets import (OffsetRange, OffsetResolver, check_start_for_data_loss, on_data_loss,
                       partitions_in_metadata, planning_retries, subscription_topics)
 from ..config.options import StreamOptions
+from ..spark_features import (ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows,
+                              SupportsTriggerAvailableNow)
 from .planning import plan_input_partitions
 from .truncation import TruncationCheck
 from ..worker_socket import AcksJvmOnUnpickle
@@ -171,6 +188,15 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         self._target_listed: dict[TopicPartition, tuple[int, int]] = {}
         self._truncation = TruncationCheck()
         self._unreachable = False    # the last planning call gave up on reaching Kafka
+        # PySpark without admission control (4.0, 4.1; module docstring, "PySpark 4.0 and
+        # 4.1"): the start of the next batch (the end of the last batch Spark planned, or where
+        # a restart left off), the end the last latestOffset() returned, and whether the rate
+        # limits held that end back from the latest offsets.
+        self._own_start: Offsets | None = None
+        self._returned: Offsets | None = None
+        self._capped: str | None = None
+        self._batches_planned = 0
+        self._on_its_own = False     # Spark called latestOffset() without a start
 
     # --- connections --------------------------------------------------------------------------
 
@@ -208,6 +234,9 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
 
     @_planning_call
     def initialOffset(self) -> dict:
+        if self._initial is not None:
+            # PySpark 4.0/4.1 ask after their first latestOffset(), which already started here.
+            return encode_offsets(self._initial)
         partitions = self._current_partitions(strict=True)
         owned = self._assignment(partitions)
         src = self.options.source
@@ -245,7 +274,34 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         log.info("Trigger.AvailableNow: reading up to %s", encode_offsets(self._target))
 
     @_planning_call
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+        if start is None:
+            # PySpark 4.0/4.1: no start and no limit from Spark (module docstring).
+            return self._latest_offset_on_its_own()
+        return self._latest_offset(start, limit)
+
+    def _latest_offset_on_its_own(self) -> dict:
+        self._on_its_own = True
+        if self._own_start is not None:
+            start = encode_offsets(self._own_start)
+        elif self._initial is not None:
+            start = encode_offsets(self._initial)
+        else:
+            start = self.initialOffset()      # a new query: Spark asks initialOffset() next
+        end = self._latest_offset(start, self.getDefaultReadLimit())
+        self._returned = decode_offsets(end)
+        left = sum(max(0, self._latest.get(tp, off) - off)
+                   for tp, off in self._returned.items()) if self._latest else 0
+        held = self._returned == decode_offsets(start)
+        self._capped = (None if not left else
+                        f"{left} record(s) beyond this micro-batch's end offsets were not "
+                        "admitted ("
+                        + ("'minOffsetsPerTrigger' held the batch back" if held and
+                           self.options.min_offsets_per_trigger else
+                           "'maxOffsetsPerTrigger'") + ")")
+        return end
+
+    def _latest_offset(self, start: dict, limit: ReadLimit) -> dict:
         start_pos = decode_offsets(start)
         if not self._planned:
             # Restored from a checkpoint (module docstring): the partitions known before are
@@ -331,6 +387,8 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         start_pos, end_pos = decode_offsets(start), decode_offsets(end)
+        if not self._planned_by_spark(start_pos, end_pos):
+            return []
         ranges = []
         for tp, until in sorted(end_pos.items()):
             begin = start_pos.get(tp, until)   # not in start: adopted with an empty range
@@ -341,6 +399,36 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         leaders = getattr(self._client, "known_leaders", None) or {}
         return plan_input_partitions(ranges, self.options.source, parallelism=self.parallelism,
                                      leaders=leaders)
+
+    def _planned_by_spark(self, start: Offsets, end: Offsets) -> bool:
+        """Note the batch Spark planned, whose end is the next batch's start (what PySpark
+        4.0/4.1 do not pass to ``latestOffset()``). False for the call that tells a restarted
+        reader where the checkpoint's last batch ended, which plans nothing."""
+        if (self._own_start is None and not self._planned and self._returned is None
+                and start == end):
+            # A restart (Spark's setLatestSeenOffset): the next batch starts here. The batch
+            # ending here may be run again first (partitions(its start, here)), before any
+            # latestOffset(); either way it has completed when latestOffset() comes.
+            self._own_start = dict(end)
+            log.info("Restarting from a checkpoint whose last micro-batch ends at %s",
+                     encode_offsets(end))
+            return False
+        expected = self._returned if self._returned is not None else self._own_start
+        if self._on_its_own and expected is not None and end != expected:
+            raise OptionError(
+                "Spark planned a micro-batch ending at "
+                f"{encode_offsets(end)}, but pykafka's last latestOffset() returned "
+                f"{encode_offsets(expected)}. On this PySpark (no admission control for Python "
+                "streaming sources, before 4.2) that happens when "
+                "'spark.sql.streaming.triggerAvailableNowWrapper.enabled' is true: the wrapper "
+                "calls latestOffset() for other purposes, and pykafka then cannot know which "
+                "offsets a micro-batch read, or commit them to its consumer group. Set that "
+                "configuration to false (the default): Trigger.AvailableNow then runs as one "
+                "micro-batch, which pykafka supports.")
+        self._own_start = dict(end)
+        self._returned = None
+        self._batches_planned += 1
+        return True
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # Imported here: the planning process, which imports this module, never reads.
@@ -355,6 +443,16 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
 
     def stop(self) -> None:
         # Nothing is committed here: the last planned batch may not have completed.
+        if self._capped and self._returned is None and self._batches_planned == 1:
+            # PySpark 4.0/4.1 (module docstring): the query ends after one batch, which the
+            # limits cut short -- as a Trigger.AvailableNow run does on those versions.
+            log.warning("The query stopped after a micro-batch that read less than was there: "
+                        "%s. If this was a Trigger.AvailableNow run: on this PySpark (before "
+                        "4.2) Spark runs Trigger.AvailableNow as one micro-batch, and the rate "
+                        "limits apply to it as to any trigger, since the source cannot tell the "
+                        "trigger. The next run continues where this one ended. To read "
+                        "everything in one such run, leave 'maxOffsetsPerTrigger' and "
+                        "'minOffsetsPerTrigger' unset for it.", self._capped)
         with _sigterm_held_back():
             try:
                 if self._member is not None:

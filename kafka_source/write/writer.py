@@ -23,10 +23,11 @@ import logging
 import time
 from typing import Iterator, Mapping
 
-from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter
+from pyspark.sql.datasource import DataSourceArrowWriter
 
 from ..config.sink_options import SinkOptions, parse_sink_options
 from ..errors import OptionError
+from ..spark_features import StreamArrowWriter
 from ..worker_socket import AcksJvmOnUnpickle
 from .columns import Columns, check_schema
 
@@ -158,7 +159,7 @@ class KafkaBatchWriter(AcksJvmOnUnpickle, DataSourceArrowWriter):
                     "Kafka (at-least-once).", len(done), sum(m.total for m in done))
 
 
-class KafkaStreamWriter(AcksJvmOnUnpickle, DataSourceStreamArrowWriter):
+class KafkaStreamWriter(AcksJvmOnUnpickle, *StreamArrowWriter):
     """``df.writeStream.format("pykafka")``: at-least-once, or exactly-once with
     ``exactlyOnce`` (Kafka transactions committed per micro-batch)."""
 

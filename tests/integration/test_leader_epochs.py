@@ -62,7 +62,7 @@ def test_a_streams_commits_carry_the_leader_epoch_and_a_restart_pairs_it(bootstr
     the query was down is found (the truncation itself: tests/cluster, the reaction:
     tests/unit/test_stream_planning.py)."""
     from kafka import KafkaAdminClient, TopicPartition
-    from pyspark.sql.datasource import ReadAllAvailable
+    from kafka_source.spark_features import ReadAllAvailable
 
     from kafka_source.config.options import parse_stream_options
     from kafka_source.read.stream import KafkaStreamReader, decode_offsets

@@ -16,7 +16,7 @@ import logging
 import time
 
 import pytest
-from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows, ReadMinRows)
+from kafka_source.spark_features import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
 import kafka_source.read.stream as stream_module
 from kafka_source.errors import BrokerUnavailableError, DataLossError, OptionError, TopicError
