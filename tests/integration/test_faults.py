@@ -36,6 +36,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from kafka_source import spark_features
 from kafka_source.config.options import parse_stream_options
 from kafka_source.group.assignors import load_assignor
 from kafka_source.group.member import GroupMember
@@ -46,6 +47,7 @@ from kafka_source.testing.proxy import (ApiKey, Fault, FaultProxy,
                                         pid_of_client, restarting_broker_metadata)
 from kafka_source.wire.net.client import BrokerClient, RetriableBrokerError
 
+from .spark_features import AVAILABLE_NOW_IN_MICRO_BATCHES
 from .test_stream import (committed, end_offsets, load_stream, produce_counts, sink_rows,
                           stream_options, wait_until)
 
@@ -408,6 +410,15 @@ def test_stream_fails_clearly_when_the_broker_is_gone_then_resumes_exactly_once(
     assert rerun.awaitTermination(180), "the restarted query did not finish"
     assert rerun.exception() is None, rerun.exception()
     check_exactly_once(sink_rows(spark, out), {0: 65, 1: 70})
+    if not spark_features.ADMISSION_CONTROL:
+        # PySpark 4.0/4.1: an AvailableNow run's one batch is committed when the next run of
+        # the checkpoint starts (docs/platforms.md): that run commits it, reading nothing new
+        settle = (load_stream(spark, options)
+                  .selectExpr("partition", "offset", "CAST(value AS STRING) AS value")
+                  .writeStream.format("parquet").option("path", out)
+                  .option("checkpointLocation", str(tmp_path / "ck"))
+                  .trigger(availableNow=True).start())
+        assert settle.awaitTermination(180) and settle.exception() is None
     wait_until(lambda: committed(faulty.direct, group, topic) == {0: 65, 1: 70}, 60,
                "the group's commits after the restart")
 
@@ -518,6 +529,7 @@ def _kill_when_held(fault: Fault, proxy: FaultProxy, killed: list, timeout_s: fl
     killed.append((pid, cmdline))
 
 
+@AVAILABLE_NOW_IN_MICRO_BATCHES    # the stream's worker is killed in its second micro-batch
 def test_killed_python_worker_is_retried_exactly_once(spark, faulty, proxy, tmp_path):
     batch_counts = {0: 120, 1: 80, 2: 100}
     batch_topic = topic_with(faulty, "retry-batch", batch_counts)

@@ -45,6 +45,7 @@ import kafka.net.connection as kafka_connection
 import pytest
 from kafka.protocol.metadata import MetadataRequest
 
+from kafka_source import spark_features
 from kafka_source.config.client_config import client_config_from_options
 from kafka_source.errors import BrokerSecurityError
 from kafka_source.read.executor import read_input_partition
@@ -242,6 +243,10 @@ def test_stream_as_a_group_member(spark, secured, setup, tmp_path):
                "kafka.session.timeout.ms": "6000", "kafka.heartbeat.interval.ms": "1000"}
     run_available_now(spark, options, str(tmp_path / "chk"), str(tmp_path / "out"))
     assert sorted(sink_rows(spark, str(tmp_path / "out"))) == EXPECTED
+    if not spark_features.ADMISSION_CONTROL:
+        # PySpark 4.0/4.1: an AvailableNow run's one batch is committed when the next run of
+        # the checkpoint starts (docs/platforms.md): that run commits it, reading nothing new
+        run_available_now(spark, options, str(tmp_path / "chk"), str(tmp_path / "out"))
     # the group's offsets were committed over the secured coordinator connection
     assert committed(secured["broker"].bootstrap_servers, group, secured["topic"]) == {
         p: n for p, n in PER_PARTITION.items()}

@@ -38,6 +38,7 @@ from kafka_source.write.exactly_once import (MarkerEntry, MarkerStore, Transacti
 from kafka_source.write.producer import abort_stale_transaction, end_transaction
 
 from .sink_retry_job import padded
+from .spark_features import AVAILABLE_NOW_IN_MICRO_BATCHES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -254,6 +255,7 @@ def _copy(spark, bootstrap, source, out, checkpoint, **sink_options):
     return [p["numInputRows"] for p in query.recentProgress]
 
 
+@AVAILABLE_NOW_IN_MICRO_BATCHES
 def test_stream_topic_to_topic_with_checkpoint_restart(spark, bootstrap_servers, tmp_path):
     source, out = unique_topic_name("sink-src"), unique_topic_name("sink-copy")
     create_topic(bootstrap_servers, source, 2)
@@ -271,6 +273,7 @@ def test_stream_topic_to_topic_with_checkpoint_restart(spark, bootstrap_servers,
     assert all(r.partition == default_partition(r.key, 3) for r in got)
 
 
+@AVAILABLE_NOW_IN_MICRO_BATCHES
 @pytest.mark.once     # about a minute: CI runs it in its first real-Kafka pass only
 def test_a_stream_of_100_micro_batches_uses_one_producer_per_python_worker(
         spark, bootstrap_servers, tmp_path):
@@ -333,6 +336,7 @@ def test_stream_complete_mode_appends_every_result_row(spark, bootstrap_servers,
 
 # --- exactly-once -------------------------------------------------------------------------------
 
+@AVAILABLE_NOW_IN_MICRO_BATCHES
 @pytest.mark.skip_on_embedded("transactions and read_committed need real Kafka")
 def test_exactly_once_with_a_killed_task_a_restart_and_a_lost_commit_log(bootstrap_servers,
                                                                          tmp_path):
@@ -562,6 +566,7 @@ def test_exactly_once_repair_whose_rows_are_grouped_otherwise_loses_nothing(
     assert _values(bootstrap_servers, topic) == Counter(rows[0] * 2 + rows[1])
 
 
+@AVAILABLE_NOW_IN_MICRO_BATCHES
 @pytest.mark.skip_on_embedded("transactions and read_committed need real Kafka")
 def test_exactly_once_stream_outlasting_the_transaction_timeout_is_repaired_on_restart(
         spark, bootstrap_servers, tmp_path):

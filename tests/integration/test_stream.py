@@ -19,10 +19,12 @@ from kafka.errors import CoordinatorLoadInProgressError, CoordinatorNotAvailable
 from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from kafka.protocol.admin import DescribeGroupsRequest
 
+from kafka_source import spark_features
 from kafka_source.group.assignors import Assignment, RangeAssignor, RoundRobinAssignor, Subscription
 from kafka_source.wire.net.client import BrokerClient
 from kafka_source.testing import create_topic, unique_topic_name
 
+from .spark_features import AVAILABLE_NOW_IN_MICRO_BATCHES
 from .test_batch_read import BASE_TS, produce
 
 
@@ -141,6 +143,7 @@ def data_batches(query):
 
 # ---------------------------------------------------------------------------------------------
 
+@AVAILABLE_NOW_IN_MICRO_BATCHES
 def test_available_now_rate_limited_exactly_once_then_commits(spark, bootstrap_servers,
                                                               group_timeouts, tmp_path):
     topic = unique_topic_name("avn")
@@ -167,6 +170,37 @@ def test_available_now_rate_limited_exactly_once_then_commits(spark, bootstrap_s
     assert members == {}, (state, members)
 
 
+@pytest.mark.skipif(spark_features.ADMISSION_CONTROL,
+                    reason="this PySpark has admission control for Python sources: AvailableNow "
+                           "runs in several micro-batches (the test above)")
+def test_available_now_without_admission_control(spark, bootstrap_servers, group_timeouts,
+                                                  tmp_path):
+    """PySpark 4.0/4.1: Trigger.AvailableNow is one micro-batch, which maxOffsetsPerTrigger
+    caps; each run goes on from the checkpoint, nothing is lost or read twice, and the group
+    gets a run's offsets when the next run of the checkpoint starts (docs/platforms.md)."""
+    topic = unique_topic_name("an-legacy")
+    create_topic(bootstrap_servers, topic, partitions=2)
+    group = unique_topic_name("g-an-legacy")
+    opts = stream_options(bootstrap_servers, topic, group_timeouts,
+                          **{"kafka.group.id": group, "startingOffsets": "earliest",
+                             "maxOffsetsPerTrigger": 16})
+    ck, out = str(tmp_path / "ck"), str(tmp_path / "out")
+    produce_counts(bootstrap_servers, topic, {0: 20, 1: 10})
+    run_available_now(spark, opts, ck, out)
+    first = sink_rows(spark, out)
+    assert len(first) == 16                       # one micro-batch, capped
+    assert committed(bootstrap_servers, group, topic) == {}
+    run_available_now(spark, opts, ck, out)       # goes on from the checkpoint
+    assert sorted(sink_rows(spark, out)) == expected_rows({0: 20, 1: 10})
+    # the first run's batch, committed at the second run's first trigger
+    assert committed(bootstrap_servers, group, topic) == {
+        p: 1 + max(o for q, o, _ in first if q == p) for p in (0, 1)}
+    run_available_now(spark, opts, ck, out)       # nothing new: commits the second run's
+    assert sorted(sink_rows(spark, out)) == expected_rows({0: 20, 1: 10})
+    assert committed(bootstrap_servers, group, topic) == {0: 20, 1: 10}
+
+
+@AVAILABLE_NOW_IN_MICRO_BATCHES
 @pytest.mark.smoke      # make check's smoke test
 def test_restart_from_checkpoint_neither_loses_nor_duplicates(spark, bootstrap_servers,
                                                               group_timeouts, tmp_path):
@@ -194,6 +228,7 @@ def test_restart_from_checkpoint_neither_loses_nor_duplicates(spark, bootstrap_s
     assert committed(bootstrap_servers, group, topic) == {0: 25, 1: 22}
 
 
+@AVAILABLE_NOW_IN_MICRO_BATCHES
 def test_new_checkpoint_in_same_group_resumes_from_committed_offsets(spark, bootstrap_servers,
                                                                      group_timeouts, tmp_path):
     topic = unique_topic_name("resume")
@@ -234,6 +269,7 @@ def grow_topic(bootstrap, topic, partitions, timeout_s=30):
     wait_until(seen, timeout_s, f"{topic} to have {partitions} partitions")
 
 
+@AVAILABLE_NOW_IN_MICRO_BATCHES
 @pytest.mark.skip_on_embedded("the embedded Tansu broker does not support CreatePartitions "
                               "(IncompatibleBrokerVersion), so the topic cannot grow there")
 def test_partitions_created_between_two_runs_of_a_checkpoint_are_read_from_their_start(
