@@ -16,6 +16,7 @@ from pyspark.sql.functions import countDistinct, spark_partition_id
 
 from kafka_source.testing import create_topic, unique_topic_name
 
+from .spark_features import AVAILABLE_NOW_IN_MICRO_BATCHES
 from .test_batch_read import (consume_all, end_offsets_json, produce, reader, spark_rows,
                               varied_records)
 from .test_stream import (data_batches, expected_rows, group_timeouts,  # noqa: F401 - fixture
@@ -50,6 +51,7 @@ def test_batch_tasks_of_several_partitions_read_exactly(spark, bootstrap_servers
     assert len(counts) == 2 and sum(counts) == 6 and min(counts) >= 2, counts
 
 
+@AVAILABLE_NOW_IN_MICRO_BATCHES
 def test_stream_micro_batches_of_several_partitions_exactly_once(spark, bootstrap_servers,
                                                                   group_timeouts, tmp_path):
     topic = unique_topic_name("multi-stream")
