@@ -19,7 +19,28 @@ LOOKUP = r"""
 import io, pickle, sys
 import pyspark.sql.datasource                 # the lookup worker has it imported already
 before = set(sys.modules)
-from pyspark.sql.worker.lookup_data_sources import _main
+try:
+    from pyspark.sql.worker.lookup_data_sources import _main
+except ImportError:
+    # PySpark 4.0: main() reads Spark's worker prelude from its socket before the lookup; the
+    # lookup itself is this loop, as in 4.0.5's lookup_data_sources.main
+    from importlib import import_module
+    from pkgutil import iter_modules
+    from pyspark.sql.datasource import DataSource
+    from pyspark.serializers import write_int, write_with_length
+    from pyspark.worker_util import pickleSer as _ser
+
+    def _main(infile, outfile):
+        infos = {}
+        for info in iter_modules():
+            if info.name.startswith("pyspark_"):
+                mod = import_module(info.name)
+                if hasattr(mod, "DefaultSource") and issubclass(mod.DefaultSource, DataSource):
+                    infos[mod.DefaultSource.name()] = mod.DefaultSource
+        write_int(len(infos), outfile)
+        for name, source in infos.items():
+            write_with_length(name.encode("utf-8"), outfile)
+            _ser._write_with_length(source, outfile)
 from pyspark.serializers import UTF8Deserializer, read_int
 from pyspark.worker_util import pickleSer
 
