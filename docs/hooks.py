@@ -16,6 +16,7 @@ every error class the package defines.
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,11 +39,13 @@ class Message:
     line: int
 
 
-def _package_sources():
-    for path in sorted(PACKAGE.rglob("*.py")):
-        if "testing" in path.relative_to(PACKAGE).parts:
-            continue          # the test harness's own errors are not the connector's
-        yield path, ast.parse(path.read_text(), str(path))
+@functools.lru_cache(maxsize=1)
+def _package_sources() -> tuple[tuple[Path, ast.Module], ...]:
+    """Every module of the package, parsed once per build (both lists below walk them)."""
+    return tuple((path, ast.parse(path.read_text(), str(path)))
+                 for path in sorted(PACKAGE.rglob("*.py"))
+                 # the test harness's own errors are not the connector's
+                 if "testing" not in path.relative_to(PACKAGE).parts)
 
 
 def error_classes() -> dict[str, str]:
@@ -124,6 +127,10 @@ def render_error_messages() -> str:
         out += [f"| {_code(m.text)} | `{m.path}:{m.line}` |" for m in mine]
         out.append("")
     return "\n".join(out)
+
+
+def on_pre_build(config):  # noqa: ARG001 -- MkDocs' signature
+    _package_sources.cache_clear()      # `make docs` rebuilds after edits: read them again
 
 
 def on_page_markdown(markdown, page, config, files):  # noqa: ARG001 -- MkDocs' signature
