@@ -21,6 +21,17 @@ class KafkaDataSource(DataSource):
     # a subclass that carries the value it saw in the user's session (see for_session).
     default_parallelism: int | None = None
 
+    # Spark builds the data source in a planning worker for every load() and unpickles it in
+    # one for every read it plans: on PySpark 4.0/4.1 each of those calls re-read every zip on
+    # the path first (kafka_source.worker_imports). Once per process, in Spark's workers only.
+    def __init__(self, options):
+        super().__init__(options)
+        _keep_zip_directories()
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        _keep_zip_directories()
+
     @classmethod
     def for_session(cls, spark) -> type["KafkaDataSource"]:
         """This class, or a subclass carrying ``spark``'s default parallelism if it is known."""
@@ -67,6 +78,12 @@ class KafkaDataSource(DataSource):
         from .write.writer import make_writer
 
         return make_writer(self.options, schema, overwrite, streaming=True)
+
+
+def _keep_zip_directories() -> None:
+    from .worker_imports import keep_zip_directories
+
+    keep_zip_directories()
 
 
 def _default_parallelism(spark) -> int | None:
