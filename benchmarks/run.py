@@ -356,19 +356,34 @@ def spark_stream_once(spark, source_format: str, options: dict, w: Workload, max
                       reader: str) -> dict:
     """An AvailableNow stream over the whole topic into the noop sink, as the JVM anchor runs
     it: seconds from load() to termination, micro-batches with data, and the start-up: from
-    ``start()`` to the end of the first trigger (from Spark's progress report of batch 0)."""
+    ``start()`` to the end of the first trigger (from Spark's progress report of batch 0).
+
+    On a PySpark without admission control for Python sources (4.0, 4.1:
+    ``kafka_source.spark_features.ADMISSION_CONTROL``) Spark runs ``Trigger.AvailableNow`` as
+    one micro-batch, which ``maxOffsetsPerTrigger`` cuts short. There the stream runs with the
+    default trigger (each micro-batch starts when the last ended, as AvailableNow's do), the
+    source applying ``maxOffsetsPerTrigger`` itself, until Spark's progress reports have counted
+    every record; the time is taken to the end of the trigger that read the last of them (from
+    its progress report), and the query is stopped after that."""
+    from kafka_source.spark_features import ADMISSION_CONTROL
+
     checkpoint = tempfile.mkdtemp(prefix="pykafka-bench-ckpt-")
     try:
         t0 = time.perf_counter()
         writer = (spark.readStream.format(source_format).options(**options)
                   .option("maxOffsetsPerTrigger", str(max_offsets))
                   .load().selectExpr("length(value) AS n")
-                  .writeStream.format("noop").option("checkpointLocation", checkpoint)
-                  .trigger(availableNow=True))
+                  .writeStream.format("noop").option("checkpointLocation", checkpoint))
+        if ADMISSION_CONTROL:
+            writer = writer.trigger(availableNow=True)
         started = time.time()
+        before_start = time.perf_counter() - t0
         query = writer.start()
-        query.awaitTermination()
-        elapsed = time.perf_counter() - t0
+        if ADMISSION_CONTROL:
+            query.awaitTermination()
+            elapsed = time.perf_counter() - t0
+        else:
+            elapsed = _until_all_read(query, w, before_start, started)
     finally:
         shutil.rmtree(checkpoint, ignore_errors=True)
     if query.exception() is not None:
@@ -379,6 +394,30 @@ def spark_stream_once(spark, source_format: str, options: dict, w: Workload, max
     first = next((p for p in progress if p["batchId"] == 0), None)
     return {"seconds": elapsed, "batches": len([p for p in progress if p["numInputRows"] > 0]),
             "startup_s": None if first is None else progress_time(first) - started}
+
+
+def _until_all_read(query, w: Workload, before_start: float, started: float,
+                    timeout_s: float = 600.0) -> float:
+    """Wait for a running stream's progress reports to count ``w.records``, stop it, and return
+    the seconds from load() to the end of the trigger that read the last record."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        progress = query.recentProgress
+        if sum(p["numInputRows"] for p in progress) >= w.records:
+            break
+        if query.exception() is not None or not query.isActive:
+            break
+        if time.monotonic() > deadline:
+            query.stop()
+            raise CorrectnessError(f"stream on {w.topic}: not every record read after "
+                                   f"{timeout_s:.0f} s")
+        # Seldom: each look is a py4j call on the driver, and the time is taken from the
+        # progress reports, not from when this loop saw them.
+        time.sleep(0.25)
+    query.stop()
+    last = max((p for p in progress if p["numInputRows"] > 0), key=lambda p: p["batchId"],
+               default=None)
+    return before_start + (0.0 if last is None else progress_time(last) - started)
 
 
 def measure_stream(spark, source_format: str, options: dict, w: Workload, max_offsets: int,
