@@ -102,14 +102,14 @@ def _progress_points(query):
     """[(epoch seconds at the batch's end, {partition: end offset})] of every micro-batch."""
     from datetime import datetime
 
+    from kafka_source.testing.progress import source_offsets
+
     points = []
     for p in query.recentProgress:
         if not p.get("sources"):
             continue
-        end = p["sources"][0].get("endOffset")
-        if isinstance(end, str):
-            end = json.loads(end)
-        offsets = {int(k): int(v) for t in (end or {}).values() for k, v in t.items()}
+        end = source_offsets(p["sources"][0].get("endOffset"))
+        offsets = {int(k): int(v) for t in end.values() for k, v in t.items()}
         ts = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
         took = p.get("durationMs", {}).get("triggerExecution", 0) / 1000
         points.append((ts + took, offsets))

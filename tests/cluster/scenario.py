@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
+from kafka_source.testing.progress import source_offsets
+
 #: Stream group timeouts: Kafka's session default before 3.0 (10 s), heartbeats every second.
 #: Shorter sessions (6 s) got the member dropped by its coordinator during broker failures when
 #: the shared 2-core machine was loaded (load average 12-14): fencing is tested on purpose by
@@ -545,10 +547,8 @@ class Stream:
         progress = self.query.lastProgress
         if not progress or not progress.get("sources"):
             return {}
-        end = progress["sources"][0].get("endOffset")
-        if isinstance(end, str):
-            end = json.loads(end)
-        return {int(p): int(o) for p, o in (end or {}).get(topic, {}).items()}
+        end = source_offsets(progress["sources"][0].get("endOffset"))
+        return {int(p): int(o) for p, o in end.get(topic, {}).items()}
 
     def drain(self, truth: dict, ends: dict[int, int], watch: CommitWatch, topic: str,
               timeout_s: float = 180) -> list[tuple[int, int, str]]:

@@ -6,13 +6,13 @@ twice or lost."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 
 import pytest
 
 from kafka_source.testing import create_topic, unique_topic_name
+from kafka_source.testing.progress import source_offsets
 from kafka_source.wire.net.client import RetriableBrokerError
 
 from .java_consumer import JavaConsumer, kafka_home
@@ -31,8 +31,7 @@ def group_now(bootstrap, group):
 
 def end_offsets_of(progress: dict, topic: str) -> dict:
     """The end offsets of ``topic`` in a query progress report, by partition (as strings)."""
-    offsets = progress["sources"][0]["endOffset"]
-    return (json.loads(offsets) if isinstance(offsets, str) else offsets)[topic]
+    return source_offsets(progress["sources"][0]["endOffset"])[topic]
 
 
 @pytest.mark.once      # a JVM consumer and two rebalances: about half a minute
