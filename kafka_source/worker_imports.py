@@ -30,7 +30,8 @@ from __future__ import annotations
 import os
 import zipimport
 
-_SPARK_WORKER_VAR = "PYTHON_WORKER_FACTORY_SECRET"
+from .worker_heap import _SPARK_WORKER_VAR
+
 _done = False
 
 
