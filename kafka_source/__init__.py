@@ -72,7 +72,9 @@ def register(spark) -> None:
     from .config.secrets import redact_py4j_option_logs
     from .datasource import KafkaDataSource
 
-    redact_py4j_option_logs(SECRET_OPTIONS)
+    from .formats.registry import SECRET_SETTINGS as REGISTRY_SECRETS
+
+    redact_py4j_option_logs(SECRET_OPTIONS | set(REGISTRY_SECRETS))
     try:
         spark.dataSource.register(KafkaDataSource.for_session(spark))
     except Exception as exc:

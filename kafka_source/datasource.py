@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
@@ -53,19 +55,37 @@ class KafkaDataSource(DataSource):
         # data source lookup, and the schema module loads pyarrow.
         from .schema import spark_schema
 
-        return spark_schema(parse_bool(_lower_keys(self.options), "includeHeaders", False))
+        return spark_schema(parse_bool(_lower_keys(self.options), "includeHeaders", False),
+                            self._formats())
+
+    def _formats(self):
+        """The key/value formats, their reader schemas settled (asking the Schema Registry)
+        once: in ``schema()``, when the query is defined. Spark pickles this object after that
+        call, so the readers planned from it read with the same schemas."""
+        found = self.__dict__.get("_resolved_formats")
+        if found is None:
+            from .formats.options import resolve_formats
+
+            opts = _lower_keys(self.options)
+            found = self._resolved_formats = resolve_formats(opts, _topics_of(opts))
+        return found
+
+    def _with_formats(self, source):
+        formats = self._formats()
+        return dataclasses.replace(source, formats=formats) if formats.any else source
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from .read.batch import KafkaBatchReader
 
-        return KafkaBatchReader(parse_batch_options(self.options),
+        return KafkaBatchReader(self._with_formats(parse_batch_options(self.options)),
                                 parallelism=self.default_parallelism)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from .read.stream import KafkaStreamReader
 
-        return KafkaStreamReader(parse_stream_options(self.options),
-                                 parallelism=self.default_parallelism)
+        options = parse_stream_options(self.options)
+        options = dataclasses.replace(options, source=self._with_formats(options.source))
+        return KafkaStreamReader(options, parallelism=self.default_parallelism)
 
     def writer(self, schema: StructType, overwrite: bool):
         """``df.write.format("pykafka").mode("append")``: see :mod:`kafka_source.write`."""
@@ -78,6 +98,20 @@ class KafkaDataSource(DataSource):
         from .write.writer import make_writer
 
         return make_writer(self.options, schema, overwrite, streaming=True)
+
+
+def _topics_of(opts) -> list[str] | None:
+    """The topics a subscription names when the query is defined (None for a pattern)."""
+    if opts.get("subscribe"):
+        return [t.strip() for t in opts["subscribe"].split(",") if t.strip()]
+    if opts.get("assign"):
+        import json
+
+        try:
+            return sorted(json.loads(opts["assign"]))
+        except (ValueError, TypeError):
+            return None
+    return None
 
 
 def _keep_zip_directories() -> None:

@@ -30,6 +30,11 @@ class CorruptRecordError(KafkaSourceError):
     """A record batch failed its CRC check or could not be decoded."""
 
 
+class PayloadError(KafkaSourceError):
+    """A record's key or value could not be decoded with its format (``valueFormat``, ...): the
+    message names the topic, partition, offset, the schema id and what is wrong."""
+
+
 class BrokerSecurityError(KafkaSourceError):
     """TLS or SASL with a broker failed in a way no retry can fix (an untrusted or misnamed
     certificate, rejected credentials, a mechanism the listener does not enable, ...). Raised on

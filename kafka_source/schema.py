@@ -26,10 +26,23 @@ _BASE_FIELDS = [
 ]
 
 
-def spark_schema(include_headers: bool) -> StructType:
+def spark_schema(include_headers: bool, formats=None) -> StructType:
+    """Spark's Kafka schema; with ``formats`` (:class:`kafka_source.formats.options.Formats`)
+    the formatted key/value columns are structs of the reader schema's type, and in PERMISSIVE
+    mode each has a string column of reasons at the end (``valueError``, ``keyError``)."""
     fields = list(_BASE_FIELDS)
     if include_headers:
         fields.append(StructField("headers", ArrayType(HEADER_TYPE, True), True))
+    if formats is not None and formats.any:
+        from .formats.columns import error_column
+        from .formats.options import format_columns_spark
+
+        typed = format_columns_spark(formats)
+        fields = [StructField(f.name, typed[f.name], True) if f.name in typed else f
+                  for f in fields]
+        if formats.mode == "PERMISSIVE":
+            fields += [StructField(error_column(c.column), StringType(), True)
+                       for c in formats.columns()]
     return StructType(fields)
 
 

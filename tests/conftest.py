@@ -191,6 +191,23 @@ def _skip_unless_broker_has(broker, version, feature: str) -> None:
                     f"{feature} came with Kafka {'.'.join(map(str, version))}")
 
 
+@pytest.fixture(scope="session")
+def schema_registry(kafka_broker) -> str:
+    """The URL of a real Schema Registry (Karapace, Confluent's REST API) on the session's
+    broker, started on first use. Skips without ``SCHEMA_REGISTRY_HOME`` and on the embedded
+    broker (the registry's consumer group needs Kafka's group coordination)."""
+    from kafka_source.testing.registry import registry_home, start_registry
+
+    if registry_home() is None:
+        pytest.skip("no Schema Registry: set SCHEMA_REGISTRY_HOME to the folder of "
+                    "run-registry (../shared/schema-registry; .ci/run and make test do)")
+    if kafka_broker.is_tansu:
+        pytest.skip(f"{kafka_broker.kind} Tansu broker: the registry runs on Kafka")
+    handle = start_registry(kafka_broker.bootstrap_servers)
+    yield handle.url
+    handle.stop()
+
+
 @pytest.fixture
 def requires_broker(kafka_broker):
     """A function ``requires_broker((major, minor), feature)`` that skips the test on a broker

@@ -103,6 +103,7 @@ RS, RSW = ("read", "stream"), ("read", "stream", "write")
 _JC, _JP, _J, _SP, _PK = ("Java consumer", "Java producer", "Java client", "Spark",
                           "pykafka's own")
 _TLS_MODULE = "kafka_source.wire.net.tls"
+_FMT = "Formats and the Schema Registry"
 
 # Sections, in the order the reference shows them.
 SECTIONS = (
@@ -120,6 +121,9 @@ SECTIONS = (
     ("SASL/OAUTHBEARER", "The Java client's OAUTHBEARER login options (OIDC client "
                          "credentials, KIP-768; unsecured tokens)."),
     ("Fetching", "The executors' fetch loop."),
+    ("Formats and the Schema Registry", "Keys and values decoded into columns: Avro in "
+     "Confluent's wire format, the schemas from a Schema Registry (Confluent's REST API). "
+     "Each `value...` option has a `key...` twin for the key."),
     ("Writing", "The sink (`df.write`, `df.writeStream`)."),
     ("Producer", "The sink's producer, with the Java producer's names, defaults and rules "
                  "between them."),
@@ -292,6 +296,83 @@ OPTIONS: tuple[Option, ...] = (
            "batches (up to their `max.message.bytes`) need it raised; a read that meets one "
            "fails at once, naming the partition and the size.", "kafka-python", "Connection",
            example="200000000"),
+    # --- Formats and the Schema Registry ----------------------------------------------------------
+    Option("valueFormat", RS, "`binary`",
+           "`binary` (the bytes, as Spark's source) or `avro`: the value becomes a struct of the "
+           "reader schema's fields (spark-avro's types), each record resolved from the schema "
+           "that wrote it.", _PK, _FMT, example="avro",
+           requires={"valueSchema": '{"type": "string"}'}),
+    Option("keyFormat", RS, "`binary`", "The same for the key.", _PK, _FMT, example="avro",
+           requires={"keySchema": '{"type": "string"}'}),
+    Option("mode", RS, "`FAILFAST`",
+           "`FAILFAST`: a record that cannot be decoded fails the task, naming topic, "
+           "partition, offset and schema id. `PERMISSIVE`: its column is null and the reason "
+           "is in `valueError` (`keyError`), columns added at the end.", _PK, _FMT,
+           example="PERMISSIVE"),
+    Option("schema.registry.url", RS, "(unset)",
+           "The registry's URL (several: comma-separated, tried in turn). Values are then "
+           "expected in the wire format (magic byte, schema id, body).", "Confluent client",
+           _FMT, example="http://registry:8081"),
+    Option("schema.registry.basic.auth.user.info", RS, "(unset)",
+           "`user:password` for HTTP basic authentication.", "Confluent client", _FMT,
+           example="user:secret", secret=True, requires={"schema.registry.url": "http://r:8081"}),
+    Option("schema.registry.ssl.ca.location", RS, "(unset: the system's CAs)",
+           "CA certificates for an `https://` registry, a PEM file.", "Confluent client", _FMT,
+           example="/etc/ca.pem", requires={"schema.registry.url": "http://r:8081"}),
+    Option("schema.registry.ssl.certificate.location", RS, "(unset)",
+           "The client's certificate (mutual TLS), a PEM file.", "Confluent client", _FMT,
+           example="/etc/client.pem", requires={"schema.registry.url": "http://r:8081"}),
+    Option("schema.registry.ssl.key.location", RS, "(unset)",
+           "The client's private key, a PEM file.", "Confluent client", _FMT,
+           example="/etc/client.key", requires={"schema.registry.url": "http://r:8081"}),
+    Option("schema.registry.request.timeout.ms", RS, "`10000`",
+           "How long one registry request may take (ms).", _PK, _FMT, example="5000",
+           requires={"schema.registry.url": "http://r:8081"}),
+    Option("schema.registry.retry.ms", RS, "`30000`",
+           "How long an unreachable registry is retried before the query or task fails (ms).",
+           _PK, _FMT, example="60000", requires={"schema.registry.url": "http://r:8081"}),
+    Option("valueSchema", RS, "(unset: from the registry)",
+           "The reader schema inline, Avro JSON. Without a registry the values are plain Avro "
+           "bodies written with it (as spark-avro's `from_avro` takes them).", _PK, _FMT,
+           example='{"type": "string"}', requires={"valueFormat": "avro"}),
+    Option("keySchema", RS, "(unset: from the registry)", "The same for the key.", _PK, _FMT,
+           example='{"type": "string"}', requires={"keyFormat": "avro"}),
+    Option("valueSchemaId", RS, "(unset)", "Read with the schema of this registry id.", _PK,
+           _FMT, example="7", requires={"valueFormat": "avro",
+                                        "schema.registry.url": "http://r:8081"}),
+    Option("keySchemaId", RS, "(unset)", "The same for the key.", _PK, _FMT, example="7",
+           requires={"keyFormat": "avro", "schema.registry.url": "http://r:8081"}),
+    Option("valueSchemaVersion", RS, "`latest` (when the query is defined)",
+           "Read with this version of the subject.", _PK, _FMT, example="3",
+           requires={"valueFormat": "avro", "schema.registry.url": "http://r:8081"}),
+    Option("keySchemaVersion", RS, "`latest`", "The same for the key.", _PK, _FMT,
+           example="3", requires={"keyFormat": "avro", "schema.registry.url": "http://r:8081"}),
+    Option("valueSubject", RS, "(from the strategy)", "The subject, named outright.", _PK, _FMT,
+           example="orders-value",
+           requires={"valueFormat": "avro", "schema.registry.url": "http://r:8081"}),
+    Option("keySubject", RS, "(from the strategy)", "The same for the key.", _PK, _FMT,
+           example="orders-key",
+           requires={"keyFormat": "avro", "schema.registry.url": "http://r:8081"}),
+    Option("valueSubjectNameStrategy", RS, "`TopicNameStrategy`",
+           "`TopicNameStrategy` (`<topic>-value`), `RecordNameStrategy` (the record's full "
+           "name) or `TopicRecordNameStrategy` (`<topic>-<record>`), as Confluent's "
+           "serializers name subjects.", "Confluent client", _FMT,
+           example="RecordNameStrategy",
+           requires={"valueFormat": "avro", "schema.registry.url": "http://r:8081",
+                     "valueRecordName": "com.example.Order"}),
+    Option("keySubjectNameStrategy", RS, "`TopicNameStrategy`", "The same for the key.",
+           "Confluent client", _FMT, example="RecordNameStrategy",
+           requires={"keyFormat": "avro", "schema.registry.url": "http://r:8081",
+                     "keyRecordName": "com.example.Key"}),
+    Option("valueRecordName", RS, "(unset)",
+           "The record's full name, for the record name strategies.", _PK, _FMT,
+           example="com.example.Order",
+           requires={"valueFormat": "avro", "schema.registry.url": "http://r:8081",
+                     "valueSubjectNameStrategy": "RecordNameStrategy"}),
+    Option("keyRecordName", RS, "(unset)", "The same for the key.", _PK, _FMT,
+           example="com.example.Key",
+           requires={"keyFormat": "avro", "schema.registry.url": "http://r:8081",
+                     "keySubjectNameStrategy": "RecordNameStrategy"}),
     # --- TLS -----------------------------------------------------------------------------------
     Option("kafka.security.protocol", RSW, "`PLAINTEXT`",
            "`PLAINTEXT`, `SSL`, `SASL_PLAINTEXT` or `SASL_SSL`.", _J, "TLS", example="SSL"),

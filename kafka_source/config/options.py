@@ -103,6 +103,9 @@ class SourceOptions:
     fetch_offset_num_retries: int = DEFAULT_FETCH_OFFSET_NUM_RETRIES
     fetch_offset_retry_interval_ms: int = DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
+    # valueFormat/keyFormat with their reader schemas (kafka_source.formats.options.Formats),
+    # settled by the data source when the query is defined; None: binary key and value.
+    formats: object = None
 
     @property
     def read_committed(self) -> bool:
@@ -567,6 +570,9 @@ def _common(opts: dict[str, str], sub: Subscription, starting: OffsetSpec,
     if strategy not in ("error", "latest"):
         raise OptionError("Option 'startingOffsetsByTimestampStrategy' must be 'error' or "
                           f"'latest', got '{opts['startingoffsetsbytimestampstrategy']}'.")
+    from ..formats.options import check_format_options
+
+    check_format_options(opts)
     min_partitions = parse_int(opts, "minPartitions", None, minimum=1, what="a positive integer")
     max_partitions = parse_int(opts, "maxPartitions", None, minimum=1, what="a positive integer")
     if min_partitions is not None and max_partitions is not None \

@@ -67,4 +67,14 @@ def read_input_partition(partition: KafkaInputPartition) -> Iterator[pa.RecordBa
                                                fail_on_data_loss=settings.fail_on_data_loss)
     with worker_client(config) as client:
         fetcher = RangeFetcher(client, fetch_settings)
-        yield from fetcher.read_arrow(partition.ranges, settings.include_headers)
+        batches = fetcher.read_arrow(partition.ranges, settings.include_headers)
+        formats = getattr(settings, "formats", None)
+        if formats is None or not formats.any:
+            yield from batches
+            return
+        from ..formats.columns import BatchDecoder
+        from ..schema import arrow_schema
+
+        decode = BatchDecoder(formats, arrow_schema(settings.include_headers))
+        for batch in batches:
+            yield decode(batch)

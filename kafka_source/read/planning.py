@@ -43,13 +43,15 @@ class ReadSettings:
     include_headers: bool
     fail_on_data_loss: bool
     poll_timeout_ms: int
+    formats: object = None          # kafka_source.formats.options.Formats, or None (binary)
 
     @classmethod
     def from_options(cls, options: SourceOptions) -> "ReadSettings":
         return cls(client_config=dict(options.client_config),
                    include_headers=options.include_headers,
                    fail_on_data_loss=options.fail_on_data_loss,
-                   poll_timeout_ms=options.poll_timeout_ms)
+                   poll_timeout_ms=options.poll_timeout_ms,
+                   formats=options.formats)
 
 
 class KafkaInputPartition(InputPartition):

@@ -1,0 +1,17 @@
+"""Payload formats: the layer between Kafka's record values and typed Arrow columns.
+
+Most production topics carry Avro (and Protobuf, JSON Schema) payloads in Confluent's wire
+format: a zero magic byte, the 4-byte big-endian id of the writer's schema in a Schema Registry,
+then the body. The read path hands this layer whole Arrow batches of ``key``/``value`` binaries;
+it returns them as struct columns typed from the *reader* schema, decoding every batch column by
+column (numpy over the batch's bytes), never one Python object per record.
+
+* :mod:`.registry` -- the Schema Registry client (Confluent's REST API), with the settings
+  confluent-kafka's ``SchemaRegistryClient`` takes, caching schemas by id.
+* :mod:`.framing` -- Confluent's framing of a value: magic byte and schema id, for a whole column.
+* :mod:`.avro` -- Avro schemas, their Spark and Arrow types (as spark-avro maps them), schema
+  resolution and the columnar decoder.
+* :mod:`.options` -- ``valueFormat``/``keyFormat`` and their settings, parsed on the driver and
+  pickled into the input partitions.
+* :mod:`.columns` -- what an executor runs on every batch: decode the formatted columns.
+"""

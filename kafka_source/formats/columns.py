@@ -1,0 +1,115 @@
+"""Executor side: decode the formatted columns of every batch the fetch loop yields.
+
+One :class:`BatchDecoder` per task, built from the :class:`~.options.Formats` pickled in the
+input partition; its column decoders (and the registry client behind them, with its cache of
+writer schemas by id) are kept per process, so an executor asks the registry once per schema id.
+
+``mode``: FAILFAST (the default) fails the task at the first record that cannot be decoded,
+naming topic, partition, offset, schema id and what is wrong; PERMISSIVE makes that record's
+column null and puts the reason in ``valueError`` (``keyError``), as Spark's ``from_avro`` nulls
+it (the reason column is this connector's). Nothing is skipped: the record's row is still there.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import PayloadError
+from .avro import AvroColumnDecoder, arrow_type, parse_schema
+from .avro.decode import optional_strings
+from .options import ColumnFormat, Formats
+from .registry import client_for
+
+_DECODERS: dict[ColumnFormat, AvroColumnDecoder] = {}
+_LOCK = threading.Lock()
+
+
+def error_column(column: str) -> str:
+    return f"{column}Error"
+
+
+def _decoder(fmt: ColumnFormat) -> AvroColumnDecoder:
+    with _LOCK:
+        found = _DECODERS.get(fmt)
+        if found is None:
+            lookup = None
+            if fmt.registry is not None:
+                client = client_for(fmt.registry)
+
+                def lookup(schema_id: int) -> str:
+                    found_schema = client.schema_by_id(schema_id)
+                    if (found_schema.schema_type or "AVRO").upper() != "AVRO":
+                        from .registry import RegistryError
+                        raise RegistryError(f"it is a {found_schema.schema_type} schema, "
+                                            "not Avro")
+                    return found_schema.schema
+            found = _DECODERS[fmt] = AvroColumnDecoder(fmt.reader_schema, lookup)
+        return found
+
+
+def formatted_arrow_schema(base: pa.Schema, formats: Formats) -> pa.Schema:
+    """``base`` (the Kafka columns) with the formatted columns typed, and in PERMISSIVE mode
+    their reason columns at the end."""
+    schema = base
+    for fmt in formats.columns():
+        i = schema.get_field_index(fmt.column)
+        schema = schema.set(i, pa.field(fmt.column, arrow_type(parse_schema(fmt.reader_schema)),
+                                        nullable=True))
+    if formats.mode == "PERMISSIVE":
+        for fmt in formats.columns():
+            schema = schema.append(pa.field(error_column(fmt.column), pa.string(),
+                                            nullable=True))
+    return schema
+
+
+class BatchDecoder:
+    def __init__(self, formats: Formats, base: pa.Schema):
+        self.formats = formats
+        self.schema = formatted_arrow_schema(base, formats)
+        self._decoders = [(fmt, _decoder(fmt)) for fmt in formats.columns()]
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        columns = dict(zip(batch.schema.names, batch.columns))
+        reasons_columns = {}
+        for fmt, decoder in self._decoders:
+            decoded = decoder.decode(columns[fmt.column])
+            if decoded.bad.any():
+                if self.formats.mode == "FAILFAST":
+                    raise self._error(batch, fmt, decoded)
+                texts = [None] * batch.num_rows
+                for row, reason in decoded.reasons.items():
+                    if decoded.bad[row]:
+                        texts[row] = self._describe(fmt, decoded, row, reason)
+                reasons_columns[error_column(fmt.column)] = optional_strings(texts)
+            elif self.formats.mode == "PERMISSIVE":
+                reasons_columns[error_column(fmt.column)] = pa.nulls(batch.num_rows, pa.string())
+            columns[fmt.column] = decoded.array
+        columns.update(reasons_columns)
+        return pa.RecordBatch.from_arrays([columns[f.name] for f in self.schema],
+                                          schema=self.schema)
+
+    @staticmethod
+    def _describe(fmt: ColumnFormat, decoded, row: int, reason: str) -> str:
+        sid = None if decoded.schema_ids is None else int(decoded.schema_ids[row])
+        return (f"{fmt.column}: " + (f"schema id {sid}: " if sid is not None and sid >= 0
+                                     else "") + reason)
+
+    def _error(self, batch: pa.RecordBatch, fmt: ColumnFormat, decoded) -> PayloadError:
+        bad = np.flatnonzero(decoded.bad)
+        row = int(bad[0])
+        topic = batch.column(batch.schema.get_field_index("topic"))[row].as_py()
+        partition = batch.column(batch.schema.get_field_index("partition"))[row].as_py()
+        offset = batch.column(batch.schema.get_field_index("offset"))[row].as_py()
+        reason = decoded.reasons.get(row, "unknown")
+        sid = None if decoded.schema_ids is None else int(decoded.schema_ids[row])
+        more = f" ({bad.size - 1} more in this batch)" if bad.size > 1 else ""
+        return PayloadError(
+            f"Could not decode the {fmt.column} of the record at offset {offset} of topic "
+            f"{topic!r} partition {partition} as Avro"
+            + (f" (schema id {sid})" if sid is not None and sid >= 0 else "")
+            + f": {reason}{more}. The reader schema is {fmt.source}. Option 'mode' "
+            f"PERMISSIVE reads such records with a null '{fmt.column}' and the reason in "
+            f"'{error_column(fmt.column)}' instead of failing.")

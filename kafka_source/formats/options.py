@@ -1,0 +1,241 @@
+"""``valueFormat`` / ``keyFormat`` and their settings: parsed and resolved on the driver.
+
+The reader schema of a formatted column is settled when the query is defined (the DataFrame's
+columns must be known then): an inline schema (``valueSchema``), a pinned schema id
+(``valueSchemaId``) or subject version (``valueSchemaVersion``), or else the subject's latest
+version at that moment. The subject follows ``valueSubjectNameStrategy`` as Confluent's
+serializers name it: ``TopicNameStrategy`` (``<topic>-value``, the default),
+``RecordNameStrategy`` (``<record name>``, given as ``valueRecordName``) or
+``TopicRecordNameStrategy`` (``<topic>-<record name>``); ``valueSubject`` names one outright.
+Every subscribed topic must come to the same reader schema: the DataFrame has one type.
+
+The result (:class:`Formats`) is plain, picklable data: the reader schema's text travels inside
+every input partition, so executors never ask the registry which schema to *read* with -- only
+which schema *wrote* an id they have not seen yet.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from ..errors import OptionError
+from .registry import RegistryError, RegistrySettings, RegistryUnavailableError, client_for
+
+FORMATS = ("binary", "avro")
+NOT_YET = {"protobuf": "Protobuf", "json": "JSON Schema"}
+MODES = ("FAILFAST", "PERMISSIVE")
+STRATEGIES = {"topicnamestrategy": "TopicNameStrategy",
+              "recordnamestrategy": "RecordNameStrategy",
+              "topicrecordnamestrategy": "TopicRecordNameStrategy"}
+
+
+@dataclass(frozen=True)
+class ColumnFormat:
+    """How one column (``key`` or ``value``) is decoded."""
+
+    column: str
+    format: str                       # "avro"
+    reader_schema: str                # the Avro schema text
+    registry: RegistrySettings | None  # None: plain Avro bodies, no wire-format header
+    source: str                       # where the reader schema came from, for messages
+
+
+@dataclass(frozen=True)
+class Formats:
+    value: ColumnFormat | None = None
+    key: ColumnFormat | None = None
+    mode: str = "FAILFAST"
+
+    @property
+    def any(self) -> bool:
+        return self.value is not None or self.key is not None
+
+    def columns(self) -> tuple[ColumnFormat, ...]:
+        return tuple(c for c in (self.key, self.value) if c is not None)
+
+
+def _get(opts: Mapping[str, str], column: str, suffix: str) -> str | None:
+    return opts.get(f"{column}{suffix}".lower())
+
+
+def parse_format(opts: Mapping[str, str], column: str) -> str:
+    raw = _get(opts, column, "Format")
+    if raw is None:
+        return "binary"
+    fmt = raw.strip().lower()
+    if fmt in NOT_YET:
+        raise OptionError(f"Option '{column}Format': {NOT_YET[fmt]} ('{fmt}') is not supported "
+                          f"yet; supported: {', '.join(FORMATS)}.")
+    if fmt not in FORMATS:
+        raise OptionError(f"Option '{column}Format' must be one of {', '.join(FORMATS)}, got "
+                          f"{raw!r}.")
+    return fmt
+
+
+def parse_mode(opts: Mapping[str, str]) -> str:
+    raw = opts.get("mode")
+    if raw is None:
+        return "FAILFAST"
+    mode = raw.strip().upper()
+    if mode not in MODES:
+        raise OptionError(f"Option 'mode' must be FAILFAST or PERMISSIVE, got {raw!r}.")
+    return mode
+
+
+def subjects_for(opts: Mapping[str, str], column: str, topics: Sequence[str] | None
+                 ) -> list[str]:
+    """The registry subjects whose schemas the column is read with, one per topic (or one)."""
+    subject = _get(opts, column, "Subject")
+    if subject:
+        return [subject]
+    raw = _get(opts, column, "SubjectNameStrategy") or "TopicNameStrategy"
+    strategy = STRATEGIES.get(raw.rsplit(".", 1)[-1].lower())
+    if strategy is None:
+        raise OptionError(f"Option '{column}SubjectNameStrategy' must be one of "
+                          f"{', '.join(STRATEGIES.values())}, got {raw!r}.")
+    record = _get(opts, column, "RecordName")
+    if strategy != "TopicNameStrategy" and not record:
+        raise OptionError(f"Option '{column}SubjectNameStrategy' {strategy} names subjects by "
+                          f"the record's full name: set '{column}RecordName' (e.g. "
+                          "'com.example.Order'), or '{column}Subject'.")
+    if strategy == "RecordNameStrategy":
+        return [record]
+    if not topics:
+        raise OptionError(f"'{column}Format' with a registry and {strategy}: the subject "
+                          "depends on the topic, and 'subscribePattern' names no topics when "
+                          f"the query is defined. Set '{column}Subject' or '{column}Schema', or "
+                          "use 'subscribe'/'assign'.")
+    suffix = column if strategy == "TopicNameStrategy" else record
+    return [f"{t}-{suffix}" for t in topics]
+
+
+_COLUMN_SUFFIXES = ("Schema", "SchemaId", "SchemaVersion", "Subject", "SubjectNameStrategy",
+                    "RecordName")
+
+
+def check_format_options(options: Mapping[str, str]) -> dict[str, str]:
+    """Check the format options (lower-cased keys) without asking the registry; return each
+    column's format. Called by every parse of source options, so that a bad value fails when
+    the query is defined, like any other option."""
+    parse_mode(options)
+    registry = RegistrySettings.from_options(options)
+    for key in ("schema.registry.basic.auth.user.info", "schema.registry.ssl.ca.location",
+                "schema.registry.ssl.certificate.location", "schema.registry.ssl.key.location",
+                "schema.registry.request.timeout.ms", "schema.registry.retry.ms"):
+        if options.get(key) is not None and registry is None:
+            raise OptionError(f"Option '{key}' is set but 'schema.registry.url' is not.")
+    formats = {}
+    for column in ("key", "value"):
+        fmt = formats[column] = parse_format(options, column)
+        given = [s for s in _COLUMN_SUFFIXES if _get(options, column, s) is not None]
+        if fmt == "binary":
+            if given:
+                raise OptionError(f"Option '{column}{given[0]}' is set but '{column}Format' is "
+                                  f"binary (the default): set '{column}Format' to avro.")
+            continue
+        if _get(options, column, "Schema") is None and registry is None:
+            raise OptionError(f"'{column}Format' avro needs the reader schema: set "
+                              "'schema.registry.url' (the schema then comes from the registry) "
+                              f"or '{column}Schema' (an Avro schema in JSON).")
+        if registry is None and given != ["Schema"]:
+            raise OptionError(f"Option '{column}{[g for g in given if g != 'Schema'][0]}' needs "
+                              "'schema.registry.url'.")
+        if _get(options, column, "SchemaId") is not None and \
+                _get(options, column, "SchemaVersion") is not None:
+            raise OptionError(f"Options '{column}SchemaId' and '{column}SchemaVersion' pin the "
+                              "reader schema twice: set one of them.")
+        if _get(options, column, "SubjectNameStrategy") is not None:
+            subjects_for(options, column, ["t"])      # checks the strategy and record name
+    return formats
+
+
+def resolve_formats(options: Mapping[str, str], topics: Sequence[str] | None) -> Formats:
+    """Parse the format options (lower-cased keys) and settle each column's reader schema,
+    asking the registry when needed. ``topics``: the subscribed topics, if known."""
+    from .avro import AvroSchemaError, arrow_type, parse_schema
+
+    formats = check_format_options(options)
+    mode = parse_mode(options)
+    registry = RegistrySettings.from_options(options)
+    resolved = {}
+    for column in ("key", "value"):
+        if formats[column] == "binary":
+            continue
+        inline = _get(options, column, "Schema")
+        if inline:
+            text, source = inline, f"'{column}Schema'"
+        else:
+            text, source = _from_registry(options, column, topics, registry)
+        try:
+            arrow_type(parse_schema(text))
+        except AvroSchemaError as e:
+            raise OptionError(f"The reader schema of '{column}' ({source}): {e}") from None
+        resolved[column] = ColumnFormat(column, "avro", text, registry, source)
+    return Formats(value=resolved.get("value"), key=resolved.get("key"), mode=mode)
+
+
+def _from_registry(options: Mapping[str, str], column: str, topics: Sequence[str] | None,
+                   registry: RegistrySettings) -> tuple[str, str]:
+    from .avro import arrow_type, parse_schema
+
+    client = client_for(registry)
+    schema_id = _get(options, column, "SchemaId")
+    version = _get(options, column, "SchemaVersion")
+    try:
+        if schema_id is not None:
+            try:
+                sid = int(schema_id)
+            except ValueError:
+                raise OptionError(f"Option '{column}SchemaId' must be a schema id (a number), got "
+                                  f"{schema_id!r}.") from None
+            found = client.schema_by_id(sid)
+            _check_avro(found.schema_type, column, f"schema id {sid}")
+            return found.schema, f"schema id {sid}"
+        if version is not None and version != "latest":
+            try:
+                int(version)
+            except ValueError:
+                raise OptionError(f"Option '{column}SchemaVersion' must be a version number or "
+                                  f"'latest', got {version!r}.") from None
+        subjects = subjects_for(options, column, topics)
+        texts = {}
+        for subject in subjects:
+            found = client.version(subject, version or "latest")
+            _check_avro(found.schema_type, column, f"subject {subject!r}")
+            texts[subject] = (found.schema, found.id, found.version)
+    except RegistryError as e:
+        raise OptionError(f"'{column}Format' avro: the reader schema could not be read from the "
+                          f"Schema Registry: {e}") from None
+    except RegistryUnavailableError as e:
+        raise OptionError(f"'{column}Format' avro: {e}") from None
+    first_subject, (text, sid, ver) = next(iter(texts.items()))
+    want = arrow_type(parse_schema(text))
+    for subject, (other, osid, over) in texts.items():
+        if other != text and arrow_type(parse_schema(other)) != want:
+            raise OptionError(
+                f"'{column}Format' avro: the subscribed topics' schemas differ, and a DataFrame "
+                f"has one type: subject {first_subject!r} (id {sid}, version {ver}) and "
+                f"{subject!r} (id {osid}, version {over}). Read them in separate queries, or set "
+                f"'{column}Subject', '{column}SchemaId' or '{column}Schema' to read all of them "
+                "with one schema.")
+    return text, f"subject {first_subject!r} version {ver} (id {sid})"
+
+
+def _check_avro(schema_type: str, column: str, where: str) -> None:
+    if (schema_type or "AVRO").upper() != "AVRO":
+        raise OptionError(f"'{column}Format' is avro but {where} in the Schema Registry is a "
+                          f"{schema_type} schema.")
+
+
+def format_columns_spark(formats: Formats):
+    """(column name, Spark type) for each formatted column."""
+    from .avro import parse_schema, spark_type
+
+    return {c.column: spark_type(parse_schema(c.reader_schema)) for c in formats.columns()}
+
+
+def dumps(formats: Formats) -> str:   # for logs: never the credentials
+    return json.dumps({c.column: {"format": c.format, "schema": c.source}
+                       for c in formats.columns()})

@@ -1,0 +1,291 @@
+"""Avro keys and values through a real Schema Registry (Karapace, Confluent's REST API).
+
+Records are produced with confluent-kafka's ``AvroSerializer`` -- what producers in production
+use -- under a schema that evolves between two versions, and read back with ``valueFormat`` /
+``keyFormat`` avro, batch and streaming. Every row is compared field for field with what
+confluent-kafka's ``AvroDeserializer`` makes of the same record with the same reader schema.
+Bad records (no wire format, an unknown schema id, a truncated body, a writer schema the reader
+cannot take) are checked in both modes, and a registry that is down when the query is defined.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import tempfile
+
+import pytest
+
+from kafka_source.testing import create_topic, unique_topic_name
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+pytest.importorskip("fastavro")
+
+from confluent_kafka import Consumer, Producer  # noqa: E402
+from confluent_kafka.schema_registry import SchemaRegistryClient  # noqa: E402
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer  # noqa: E402
+from confluent_kafka.serialization import MessageField, SerializationContext  # noqa: E402
+
+ADDRESS = {"type": "record", "name": "Address", "fields": [
+    {"name": "city", "type": "string"}, {"name": "zip", "type": "string"},
+    {"name": "lat", "type": ["null", "double"], "default": None}]}
+ORDER_V1 = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
+    {"name": "order_id", "type": "string"},
+    {"name": "customer", "type": "long"},
+    {"name": "amount", "type": "double"},
+    {"name": "qty", "type": "int"},
+    {"name": "created", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+    {"name": "address", "type": ADDRESS},
+    {"name": "items", "type": {"type": "array", "items": "string"}},
+    {"name": "attrs", "type": {"type": "map", "values": "long"}},
+    {"name": "note", "type": ["null", "string"], "default": None},
+    {"name": "status", "type": {"type": "enum", "name": "Status", "symbols": ["NEW", "PAID"]}},
+    {"name": "ratio", "type": "float"},
+    {"name": "raw", "type": "bytes"},
+]}
+# Version 2, BACKWARD compatible: qty promoted to long, a field added with a default, one
+# removed (it had a default), an enum symbol added.
+ORDER_V2 = {**ORDER_V1, "fields": [f for f in ORDER_V1["fields"] if f["name"] not in
+                                   ("qty", "note", "status")] + [
+    {"name": "qty", "type": "long"},
+    {"name": "status", "type": {"type": "enum", "name": "Status",
+                                "symbols": ["NEW", "PAID", "SHIPPED"]}},
+    {"name": "channel", "type": "string", "default": "web"},
+]}
+KEY = "string"
+EPOCH_MS = 1_750_000_000_000
+
+
+def order(i: int, version: int) -> dict:
+    import datetime as dt
+
+    rec = {"order_id": f"o-{i:06d}", "customer": (i * 7919) % 1_000_003 - 500_000,
+           "created": dt.datetime.fromtimestamp((EPOCH_MS + i * 1000) / 1000, dt.timezone.utc),
+           "day": dt.date(2025, 1, 1) + dt.timedelta(days=i % 400),
+           "address": {"city": ["Paris", "Zürich", "東京"][i % 3], "zip": f"{i % 99999:05d}",
+                       "lat": None if i % 4 == 0 else 48.8 + i / 1000},
+           "items": [f"sku-{j}" for j in range(i % 5)],
+           "attrs": {f"k{j}": j * i for j in range(i % 3)},
+           "ratio": 0.25 * (i % 8), "raw": bytes([i % 256]) * (i % 4)}
+    if version == 1:
+        rec.update(amount=i * 1.5, qty=i % 100, note=None if i % 2 else f"note {i}",
+                   status=["NEW", "PAID"][i % 2])
+    else:
+        rec.update(amount=i * 1.5, qty=(1 << 40) + i, channel=["web", "app"][i % 2],
+                   status=["NEW", "PAID", "SHIPPED"][i % 3])
+    return rec
+
+
+def produce_orders(bootstrap, registry, topic, counts=(150, 150), partitions=3):
+    """counts[0] records under version 1, then counts[1] under version 2, keyed by order id."""
+    sr = SchemaRegistryClient({"url": registry})
+    key_ser = AvroSerializer(sr, json.dumps(KEY))
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    i = 0
+    for version, (schema, n) in enumerate(((ORDER_V1, counts[0]), (ORDER_V2, counts[1])), 1):
+        ser = AvroSerializer(sr, json.dumps(schema))
+        for _ in range(n):
+            rec = order(i, version)
+            producer.produce(topic, partition=i % partitions,
+                             key=key_ser(rec["order_id"], SerializationContext(topic,
+                                                                               MessageField.KEY)),
+                             value=ser(rec, SerializationContext(topic, MessageField.VALUE)))
+            i += 1
+    assert producer.flush(30) == 0
+
+
+def confluent_view(bootstrap, registry, topic, reader_schema) -> dict:
+    """(partition, offset) -> (key, value) as confluent-kafka's deserializers read them."""
+    sr = SchemaRegistryClient({"url": registry})
+    value_de = AvroDeserializer(sr, json.dumps(reader_schema))
+    key_de = AvroDeserializer(sr, json.dumps(KEY))
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_topic_name("cv"),
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    out, idle = {}, 0
+    while idle < 10:
+        msg = consumer.poll(1.0)
+        if msg is None:
+            idle += 1
+            continue
+        assert msg.error() is None, msg.error()
+        idle = 0
+        try:   # None where the reader schema cannot take the writer's
+            value = value_de(msg.value(), SerializationContext(topic, MessageField.VALUE))
+        except Exception:  # noqa: BLE001 - fastavro's SchemaResolutionError and kin
+            value = None
+        out[(msg.partition(), msg.offset())] = (
+            key_de(msg.key(), SerializationContext(topic, MessageField.KEY)), value)
+    consumer.close()
+    return out
+
+
+def normalized(value):
+    """A confluent-decoded value as Spark returns it: maps as dicts, timestamps as epoch
+    microseconds (the query selects them so), enums and strings as they are."""
+    import datetime as dt
+
+    if isinstance(value, dict):
+        return {k: normalized(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [normalized(v) for v in value]
+    if isinstance(value, dt.datetime):
+        return round(value.timestamp() * 1_000_000)
+    if isinstance(value, bytes):
+        return bytearray(value)
+    return value
+
+
+def spark_view(df) -> dict:
+    from pyspark.sql import functions as F
+
+    rows = (df.withColumn("value", F.col("value").withField(
+                "created", F.unix_micros(F.col("value.created"))))
+            .select("partition", "offset", "key", "value").collect())
+    return {(r.partition, r.offset): (r.key, None if r.value is None
+                                      else r.value.asDict(recursive=True)) for r in rows}
+
+
+def read_batch(spark, bootstrap, topic, **options):
+    reader = (spark.read.format("pykafka").option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", topic))
+    for k, v in options.items():
+        reader = reader.option(k, str(v))
+    return reader.load()
+
+
+def assert_same(got: dict, want: dict) -> int:
+    assert sorted(got) == sorted(want)
+    checked = 0
+    for at, (key, value) in want.items():
+        g_key, g_value = got[at]
+        assert g_key == key, at
+        want_value = normalized(value)
+        assert g_value == want_value, (at, g_value, want_value)
+        checked += 1
+    return checked
+
+
+@pytest.fixture
+def orders_topic(bootstrap_servers, schema_registry):
+    topic = unique_topic_name("orders")
+    create_topic(bootstrap_servers, topic, partitions=3)
+    produce_orders(bootstrap_servers, schema_registry, topic)
+    return topic
+
+
+def test_avro_batch_read_matches_confluent_deserializer_field_for_field(
+        spark, bootstrap_servers, schema_registry, orders_topic, summary_lines):
+    df = read_batch(spark, bootstrap_servers, orders_topic, valueFormat="avro",
+                    keyFormat="avro", **{"schema.registry.url": schema_registry})
+    fields = {f.name: f for f in df.schema["value"].dataType.fields}
+    assert list(fields) == [f["name"] for f in ORDER_V2["fields"]]   # the latest version
+    assert fields["qty"].dataType.typeName() == "long" and not fields["qty"].nullable
+    assert fields["address"].dataType["lat"].nullable
+    assert df.schema["key"].dataType.typeName() == "string"
+    got = spark_view(df)
+    want = confluent_view(bootstrap_servers, schema_registry, orders_topic, ORDER_V2)
+    checked = assert_same(got, want)
+    assert checked == 300
+    v1 = [v for _, v in got.values() if v["channel"] == "web" and v["qty"] < 100]
+    assert len(v1) == 150   # the version-1 records took the added field's default
+    summary_lines.append(f"schema registry: {checked} Avro records (2 schema versions) read "
+                         "back field for field as confluent-kafka's AvroDeserializer reads them")
+
+
+def test_avro_pinned_version_and_unresolvable_writers(spark, bootstrap_servers,
+                                                      schema_registry, orders_topic):
+    """Reader pinned to version 1: version-2 records (qty long) cannot be read as version 1
+    (long to int is no promotion): FAILFAST names them, PERMISSIVE nulls them with the reason,
+    and the version-1 records read as confluent-kafka reads them."""
+    base = {"valueFormat": "avro", "valueSchemaVersion": "1",
+            "schema.registry.url": schema_registry}
+    with pytest.raises(Exception) as failed:
+        read_batch(spark, bootstrap_servers, orders_topic, **base).count()
+    text = str(failed.value)
+    assert "PayloadError" in text and orders_topic in text and "cannot be read with" in text
+    df = read_batch(spark, bootstrap_servers, orders_topic, mode="PERMISSIVE", **base)
+    assert df.columns[-1] == "valueError"
+    rows = df.select("partition", "offset", "value", "valueError").collect()
+    bad = [r for r in rows if r.valueError is not None]
+    assert len(bad) == 150 and all(r.value is None for r in bad)
+    assert all("qty" in r.valueError and "schema id" in r.valueError for r in bad)
+    good = {(r.partition, r.offset): r.value.asDict(recursive=True) for r in rows
+            if r.valueError is None}
+    want = confluent_view(bootstrap_servers, schema_registry, orders_topic, ORDER_V1)
+    want = {at: normalized(v) for at, (_, v) in want.items() if v is not None and at in good}
+    assert len(want) == 150
+    for at, value in want.items():
+        value["created"] = good[at]["created"] = None   # compared in the test above
+        assert good[at] == value, at
+
+
+def test_avro_bad_records_failfast_and_permissive(spark, bootstrap_servers, schema_registry):
+    topic = unique_topic_name("badavro")
+    create_topic(bootstrap_servers, topic, partitions=1)
+    sr = SchemaRegistryClient({"url": schema_registry})
+    ser = AvroSerializer(sr, json.dumps(ORDER_V1))
+    good = ser(order(1, 1), SerializationContext(topic, MessageField.VALUE))
+    schema_id = struct.unpack(">i", good[1:5])[0]
+    values = [good, b"not avro at all", b"\x00" + struct.pack(">i", 987654) + good[5:],
+              good[:len(good) // 2], None, good]
+    producer = Producer({"bootstrap.servers": bootstrap_servers})
+    for v in values:
+        producer.produce(topic, value=v, partition=0)
+    assert producer.flush(30) == 0
+    opts = {"valueFormat": "avro", "schema.registry.url": schema_registry}
+    with pytest.raises(Exception) as failed:
+        read_batch(spark, bootstrap_servers, topic, **opts).collect()
+    text = str(failed.value)
+    assert f"offset 1 of topic '{topic}' partition 0" in text and "2 more in this batch" in text
+    rows = sorted(read_batch(spark, bootstrap_servers, topic, mode="PERMISSIVE", **opts)
+                  .select("offset", "value", "valueError").collect())
+    assert len(rows) == 6                       # nothing skipped
+    assert [r.value is None for r in rows] == [False, True, True, True, True, False]
+    assert rows[0].value.order_id == rows[5].value.order_id == "o-000001"
+    assert rows[0].valueError is None and rows[4].valueError is None   # a tombstone is no error
+    assert "wire format" in rows[1].valueError
+    assert "schema id 987654" in rows[2].valueError and "not in the registry" in rows[2].valueError
+    assert f"schema id {schema_id}" in rows[3].valueError and "record ends" in rows[3].valueError
+
+
+def test_avro_stream_reads_evolving_schemas(spark, bootstrap_servers, schema_registry,
+                                            orders_topic):
+    from kafka_source.spark_features import ADMISSION_CONTROL
+
+    out = tempfile.mkdtemp(prefix="pykafka-avro-stream-")
+    reader = (spark.readStream.format("pykafka").option("kafka.bootstrap.servers",
+                                                        bootstrap_servers)
+              .option("subscribe", orders_topic).option("startingOffsets", "earliest")
+              .option("valueFormat", "avro").option("keyFormat", "avro")
+              .option("schema.registry.url", schema_registry))
+    if ADMISSION_CONTROL:   # several micro-batches (PySpark 4.0/4.1 run AvailableNow as one)
+        reader = reader.option("maxOffsetsPerTrigger", "120")
+    from pyspark.sql import functions as F
+
+    query = (reader.load().withColumn("value", F.col("value").withField(
+                 "created", F.unix_micros(F.col("value.created"))))
+             .select("partition", "offset", "key", "value")
+             .writeStream.format("parquet").option("path", out + "/data")
+             .option("checkpointLocation", out + "/ckpt").trigger(availableNow=True).start())
+    assert query.awaitTermination(180)
+    assert query.exception() is None, query.exception()
+    rows = spark.read.parquet(out + "/data").collect()
+    got = {(r.partition, r.offset): (r.key, r.value.asDict(recursive=True)) for r in rows}
+    want = confluent_view(bootstrap_servers, schema_registry, orders_topic, ORDER_V2)
+    assert assert_same(got, want) == 300
+
+
+def test_registry_down_when_the_query_is_defined(spark, bootstrap_servers):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]      # nothing listens there once closed
+    with pytest.raises(Exception) as failed:
+        read_batch(spark, bootstrap_servers, "any-topic", valueFormat="avro",
+                   **{"schema.registry.url": f"http://127.0.0.1:{port}",
+                      "schema.registry.retry.ms": "500"}).schema
+    text = str(failed.value)
+    assert f"http://127.0.0.1:{port}" in text and "did not answer" in text
+    assert "schema.registry.url" in text
