@@ -27,7 +27,7 @@ SPARK_PY_ENV = PYSPARK_PYTHON="$(CURDIR)/$(VPY)" PYSPARK_DRIVER_PYTHON="$(CURDIR
 # The unit tests: everything that needs neither a broker nor Spark (conftest.py marks the rest).
 UNIT_MARKS  := -m "not integration and not spark"
 
-.PHONY: help install install-bench check-java check test ci demo bench docs docs-build release-check clean
+.PHONY: help install install-bench check-java check test ci demo bench bench-avro docs docs-build release-check clean
 
 help:
 	@echo "make install   create $(VENV) and install the package with its test extras (idempotent)"
@@ -111,6 +111,11 @@ demo: check-java install
 bench: check-java install-bench
 	@if [ ! -f benchmarks/run.py ]; then echo "benchmarks/run.py is not written yet" >&2; exit 1; fi
 	$(SPARK_PY_ENV) $(VPY) benchmarks/run.py $(BENCH_ARGS)
+
+# Avro values through a Schema Registry: valueFormat avro against binary values decoded by
+# confluent-kafka's AvroDeserializer in mapInArrow (benchmarks/avro_read.py)
+bench-avro: check-java install-bench
+	$(SPARK_PY_ENV) $(VPY) benchmarks/avro_read.py $(BENCH_ARGS)
 
 # The documentation site: served with live reload while you edit docs/ (the option reference and
 # the error messages are generated as it builds: docs/hooks.py), or built as CI builds it.

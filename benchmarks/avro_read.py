@@ -1,0 +1,220 @@
+"""Avro values through a Schema Registry: pykafka's ``valueFormat`` avro against the user's usual
+path today, on one real broker and registry, in one run.
+
+    .venv/bin/python benchmarks/avro_read.py [--records 1000000] [--runs 3]
+
+Starts Kafka 4.0 (``KAFKA_HOME`` or ../shared/kafka) and a registry (``SCHEMA_REGISTRY_HOME`` or
+../shared/schema-registry), produces ``--records`` Avro records of about 12 fields (strings,
+longs, doubles, an int, a timestamp, optional fields, a nested record, an array) with
+confluent-kafka's ``AvroSerializer`` into a 4-partition topic, then times batch reads of the
+whole topic, each ending in the same aggregate over decoded fields:
+
+* ``pykafka avro``: ``valueFormat`` avro;
+* ``binary + mapInArrow``: ``format("pykafka")`` binary values, decoded in ``mapInArrow`` by
+  confluent-kafka's ``AvroDeserializer`` record by record, the rows turned into Arrow batches
+  (what a PySpark user writes today: there is no registry-aware ``from_avro`` in PySpark);
+* ``raw read``: binary values, ``sum(length(value))`` (the read alone).
+
+Reported: records/s (median of ``--runs`` after a warm-up), the ratio of the first two, and the
+decode cost per record (time above the raw read, per record). Also the decoder alone, in this
+process, against fastavro's ``schemaless_reader`` per record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import struct
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent)]
+
+ORDER = {"type": "record", "name": "Order", "namespace": "bench", "fields": [
+    {"name": "order_id", "type": "string"}, {"name": "customer_id", "type": "long"},
+    {"name": "amount", "type": "double"}, {"name": "quantity", "type": "int"},
+    {"name": "currency", "type": "string"}, {"name": "status", "type": "string"},
+    {"name": "created", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "discount", "type": ["null", "double"], "default": None},
+    {"name": "address", "type": {"type": "record", "name": "Addr", "fields": [
+        {"name": "city", "type": "string"}, {"name": "zip", "type": "string"},
+        {"name": "lat", "type": "double"}]}},
+    {"name": "items", "type": {"type": "array", "items": "string"}},
+    {"name": "priority", "type": "long"},
+    {"name": "note", "type": ["null", "string"], "default": None}]}
+
+
+def record(i: int) -> dict:
+    return {"order_id": f"o-{i:09d}", "customer_id": (i * 7919) % 10_000_019,
+            "amount": (i % 10_000) / 7, "quantity": i % 9 + 1, "currency": "EUR",
+            "status": ("NEW", "PAID", "SHIPPED")[i % 3], "created": 1_700_000_000_000 + i,
+            "discount": None if i % 2 else 0.1,
+            "address": {"city": ("Paris", "Lyon", "Nice")[i % 3], "zip": f"{i % 99_999:05d}",
+                        "lat": 45.0 + (i % 100) / 100},
+            "items": [f"sku-{j}" for j in range(i % 4)], "priority": i % 5,
+            "note": None if i % 3 else "fragile"}
+
+
+def produce(bootstrap: str, registry: str, topic: str, n: int) -> int:
+    import fastavro
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    ser = AvroSerializer(SchemaRegistryClient({"url": registry}), json.dumps(ORDER))
+    first = ser(record(0), SerializationContext(topic, MessageField.VALUE))
+    schema_id = struct.unpack(">i", first[1:5])[0]
+    parsed = fastavro.parse_schema(ORDER)      # the same bytes, without the per-call overhead
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50,
+                         "batch.size": 1_000_000, "compression.type": "lz4",
+                         "queue.buffering.max.messages": 1_000_000})
+    header = b"\x00" + struct.pack(">i", schema_id)
+    for i in range(n):
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, record(i))
+        while True:
+            try:
+                producer.produce(topic, header + out.getvalue(), partition=i % 4)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    assert producer.flush(120) == 0
+    return schema_id
+
+
+def timed(fn, runs: int) -> tuple[float, list[float]]:
+    fn()    # warm-up
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), times
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args()
+    os.environ.setdefault("KAFKA_HOME", str(HERE.parent.parent / "shared" / "kafka"))
+    os.environ.setdefault("SCHEMA_REGISTRY_HOME",
+                          str(HERE.parent.parent / "shared" / "schema-registry"))
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from kafka_source.testing.brokers import LocalKafkaBroker, create_topic
+    from kafka_source.testing.registry import start_registry
+
+    broker = LocalKafkaBroker(os.environ["KAFKA_HOME"])
+    broker.start()
+    registry = start_registry(broker.bootstrap_servers)
+    try:
+        run(broker.bootstrap_servers, registry.url, args)
+    finally:
+        registry.stop()
+        broker.stop()
+
+
+def run(bootstrap: str, registry: str, args) -> None:
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from kafka_source.testing.brokers import create_topic
+
+    topic = "bench-avro-orders"
+    create_topic(bootstrap, topic, partitions=4)
+    t = time.perf_counter()
+    schema_id = produce(bootstrap, registry, topic, args.records)
+    print(f"produced {args.records:,} Avro records (schema id {schema_id}) in "
+          f"{time.perf_counter() - t:.1f} s")
+
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+
+    def load(**options):
+        reader = (spark.read.format("pykafka").option("kafka.bootstrap.servers", bootstrap)
+                  .option("subscribe", topic))
+        for k, v in options.items():
+            reader = reader.option(k, v)
+        return reader.load()
+
+    agg = [F.sum("amount"), F.sum(F.length("order_id")), F.sum("quantity"),
+           F.sum(F.size("items")), F.count("note")]
+
+    def pykafka_avro():
+        return load(valueFormat="avro", **{"schema.registry.url": registry}) \
+            .select("value.*").agg(*agg).collect()
+
+    schema_ddl = (load(valueFormat="avro", **{"schema.registry.url": registry})
+                  .select("value.*").schema)
+
+    from kafka_source.formats.avro import arrow_type, parse_schema
+
+    struct = arrow_type(parse_schema(json.dumps(ORDER)))
+    arrow_schema = pa.schema([struct.field(i) for i in range(struct.num_fields)])
+
+    def udf_path():
+        def decode(batches):
+            from confluent_kafka.schema_registry import SchemaRegistryClient
+            from confluent_kafka.schema_registry.avro import AvroDeserializer
+            from confluent_kafka.serialization import MessageField, SerializationContext
+
+            de = AvroDeserializer(SchemaRegistryClient({"url": registry}))
+            ctx = SerializationContext(topic, MessageField.VALUE)
+            for batch in batches:
+                rows = [de(v, ctx) for v in batch.column(0).to_pylist()]
+                yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
+
+        return load().select("value").mapInArrow(decode, schema_ddl).agg(*agg).collect()
+
+    def raw():
+        return load().agg(F.sum(F.length("value"))).collect()
+
+    assert pykafka_avro() == udf_path(), "the two paths disagree"
+    results = {}
+    for name, fn in (("pykafka avro", pykafka_avro), ("binary + mapInArrow", udf_path),
+                     ("raw read", raw)):
+        med, times = timed(fn, args.runs)
+        results[name] = med
+        print(f"{name:22s} {args.records / med:>12,.0f} records/s  median {med:.2f} s  "
+              f"runs {', '.join(f'{x:.2f}' for x in times)}")
+    print(f"pykafka avro / binary + mapInArrow: "
+          f"{results['binary + mapInArrow'] / results['pykafka avro']:.2f}x")
+    for name in ("pykafka avro", "binary + mapInArrow"):
+        per = (results[name] - results["raw read"]) / args.records * 1e9
+        print(f"decode cost above the raw read, {name}: {per:,.0f} ns/record (2 cores)")
+    decoder_alone(args)
+    spark.stop()
+
+
+def decoder_alone(args) -> None:
+    import fastavro
+    import pyarrow as pa
+
+    from kafka_source.formats.avro import AvroColumnDecoder
+
+    n = min(args.records, 200_000)
+    parsed = fastavro.parse_schema(ORDER)
+    bodies = []
+    for i in range(n):
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, record(i))
+        bodies.append(out.getvalue())
+    column = pa.array([b"\x00\x00\x00\x00\x01" + b for b in bodies], pa.binary())
+    decoder = AvroColumnDecoder(json.dumps(ORDER), lambda i: json.dumps(ORDER))
+    med, _ = timed(lambda: decoder.decode(column), args.runs)
+    fmed, _ = timed(lambda: [fastavro.schemaless_reader(io.BytesIO(b), parsed, parsed)
+                             for b in bodies], args.runs)
+    print(f"decoder alone (one core, {n:,} records): {med / n * 1e9:,.0f} ns/record; fastavro "
+          f"schemaless_reader per record: {fmed / n * 1e9:,.0f} ns/record ({fmed / med:.1f}x)")
+
+
+if __name__ == "__main__":
+    main()
