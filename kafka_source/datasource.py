@@ -102,15 +102,13 @@ class KafkaDataSource(DataSource):
 
 def _topics_of(opts) -> list[str] | None:
     """The topics a subscription names when the query is defined (None for a pattern)."""
-    if opts.get("subscribe"):
-        return [t.strip() for t in opts["subscribe"].split(",") if t.strip()]
-    if opts.get("assign"):
-        import json
+    from .config.options import parse_subscription
 
-        try:
-            return sorted(json.loads(opts["assign"]))
-        except (ValueError, TypeError):
-            return None
+    sub = parse_subscription(opts)
+    if sub.kind == "subscribe":
+        return list(sub.topics)
+    if sub.kind == "assign":
+        return sorted({topic for topic, _ in sub.assignment})
     return None
 
 

@@ -16,7 +16,6 @@ which schema *wrote* an id they have not seen yet.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -234,8 +233,3 @@ def format_columns_spark(formats: Formats):
     from .avro import parse_schema, spark_type
 
     return {c.column: spark_type(parse_schema(c.reader_schema)) for c in formats.columns()}
-
-
-def dumps(formats: Formats) -> str:   # for logs: never the credentials
-    return json.dumps({c.column: {"format": c.format, "schema": c.source}
-                       for c in formats.columns()})

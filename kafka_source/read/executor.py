@@ -68,7 +68,7 @@ def read_input_partition(partition: KafkaInputPartition) -> Iterator[pa.RecordBa
     with worker_client(config) as client:
         fetcher = RangeFetcher(client, fetch_settings)
         batches = fetcher.read_arrow(partition.ranges, settings.include_headers)
-        formats = getattr(settings, "formats", None)
+        formats = settings.formats
         if formats is None or not formats.any:
             yield from batches
             return

@@ -62,12 +62,6 @@ class Cursor:
             self.reasons.append((rows, reason))
             self.pos[rows] = self.end[rows]
 
-    def reason_of(self, row: int) -> str | None:
-        for rows, reason in self.reasons:
-            if row in rows:
-                return reason
-        return None
-
     # --- primitives -------------------------------------------------------------------------
 
     def read_long(self, rows: np.ndarray, what: str = "long") -> np.ndarray:
