@@ -298,9 +298,9 @@ OPTIONS: tuple[Option, ...] = (
            example="200000000"),
     # --- Formats and the Schema Registry ----------------------------------------------------------
     Option("valueFormat", RS, "`binary`",
-           "`binary` (the bytes, as Spark's source) or `avro`: the value becomes a struct of the "
-           "reader schema's fields (spark-avro's types), each record resolved from the schema "
-           "that wrote it.", _PK, _FMT, example="avro",
+           "`binary` (the bytes, as Spark's source), `avro` or `json` (JSON Schema): the value "
+           "becomes a struct of the reader schema's fields (for Avro spark-avro's types, each "
+           "record resolved from the schema that wrote it).", _PK, _FMT, example="avro",
            requires={"valueSchema": '{"type": "string"}'}),
     Option("keyFormat", RS, "`binary`", "The same for the key.", _PK, _FMT, example="avro",
            requires={"keySchema": '{"type": "string"}'}),

@@ -18,12 +18,12 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import PayloadError
-from .avro import AvroColumnDecoder, arrow_type, parse_schema
+from .avro import AvroColumnDecoder
 from .avro.decode import optional_strings
-from .options import ColumnFormat, Formats
+from .options import NAMES, ColumnFormat, Formats, column_types
 from .registry import client_for
 
-_DECODERS: dict[ColumnFormat, AvroColumnDecoder] = {}
+_DECODERS: dict[ColumnFormat, object] = {}
 _LOCK = threading.Lock()
 
 
@@ -31,9 +31,15 @@ def error_column(column: str) -> str:
     return f"{column}Error"
 
 
-def _decoder(fmt: ColumnFormat) -> AvroColumnDecoder:
+def _decoder(fmt: ColumnFormat):
+    """The process's decoder of a column format (Avro's keeps its compiled writer schemas)."""
     with _LOCK:
         found = _DECODERS.get(fmt)
+        if found is None and fmt.format == "json":
+            from .jsonschema import JsonColumnDecoder
+
+            found = _DECODERS[fmt] = JsonColumnDecoder(fmt.reader_schema,
+                                                       framed=fmt.registry is not None)
         if found is None:
             lookup = None
             if fmt.registry is not None:
@@ -56,7 +62,8 @@ def formatted_arrow_schema(base: pa.Schema, formats: Formats) -> pa.Schema:
     schema = base
     for fmt in formats.columns():
         i = schema.get_field_index(fmt.column)
-        schema = schema.set(i, pa.field(fmt.column, arrow_type(parse_schema(fmt.reader_schema)),
+        schema = schema.set(i, pa.field(fmt.column, column_types(fmt.format,
+                                                                 fmt.reader_schema)[0],
                                         nullable=True))
     if formats.mode == "PERMISSIVE":
         for fmt in formats.columns():
@@ -108,7 +115,7 @@ class BatchDecoder:
         more = f" ({bad.size - 1} more in this batch)" if bad.size > 1 else ""
         return PayloadError(
             f"Could not decode the {fmt.column} of the record at offset {offset} of topic "
-            f"{topic!r} partition {partition} as Avro"
+            f"{topic!r} partition {partition} as {NAMES[fmt.format]}"
             + (f" (schema id {sid})" if sid is not None and sid >= 0 else "")
             + f": {reason}{more}. The reader schema is {fmt.source}. Option 'mode' "
             f"PERMISSIVE reads such records with a null '{fmt.column}' and the reason in "

@@ -22,8 +22,11 @@ from typing import Mapping, Sequence
 from ..errors import OptionError
 from .registry import RegistryError, RegistrySettings, RegistryUnavailableError, client_for
 
-FORMATS = ("binary", "avro")
-NOT_YET = {"protobuf": "Protobuf", "json": "JSON Schema"}
+FORMATS = ("binary", "avro", "json")
+NOT_YET = {"protobuf": "Protobuf"}
+# The registry's schemaType of each format's schemas, and the format's name in messages.
+SCHEMA_TYPES = {"avro": "AVRO", "json": "JSON"}
+NAMES = {"avro": "Avro", "json": "JSON Schema"}
 MODES = ("FAILFAST", "PERMISSIVE")
 STRATEGIES = {"topicnamestrategy": "TopicNameStrategy",
               "recordnamestrategy": "RecordNameStrategy",
@@ -35,7 +38,7 @@ class ColumnFormat:
     """How one column (``key`` or ``value``) is decoded."""
 
     column: str
-    format: str                       # "avro"
+    format: str                       # "avro" | "json"
     reader_schema: str                # the Avro schema text
     registry: RegistrySettings | None  # None: plain Avro bodies, no wire-format header
     source: str                       # where the reader schema came from, for messages
@@ -132,12 +135,13 @@ def check_format_options(options: Mapping[str, str]) -> dict[str, str]:
         if fmt == "binary":
             if given:
                 raise OptionError(f"Option '{column}{given[0]}' is set but '{column}Format' is "
-                                  f"binary (the default): set '{column}Format' to avro.")
+                                  f"binary (the default): set '{column}Format' to avro or "
+                                  "json.")
             continue
         if _get(options, column, "Schema") is None and registry is None:
-            raise OptionError(f"'{column}Format' avro needs the reader schema: set "
+            raise OptionError(f"'{column}Format' {fmt} needs the reader schema: set "
                               "'schema.registry.url' (the schema then comes from the registry) "
-                              f"or '{column}Schema' (an Avro schema in JSON).")
+                              f"or '{column}Schema' (the {NAMES[fmt]} schema, JSON).")
         if registry is None and given != ["Schema"]:
             raise OptionError(f"Option '{column}{[g for g in given if g != 'Schema'][0]}' needs "
                               "'schema.registry.url'.")
@@ -153,32 +157,42 @@ def check_format_options(options: Mapping[str, str]) -> dict[str, str]:
 def resolve_formats(options: Mapping[str, str], topics: Sequence[str] | None) -> Formats:
     """Parse the format options (lower-cased keys) and settle each column's reader schema,
     asking the registry when needed. ``topics``: the subscribed topics, if known."""
-    from .avro import AvroSchemaError, arrow_type, parse_schema
-
     formats = check_format_options(options)
     mode = parse_mode(options)
     registry = RegistrySettings.from_options(options)
     resolved = {}
     for column in ("key", "value"):
-        if formats[column] == "binary":
+        fmt = formats[column]
+        if fmt == "binary":
             continue
         inline = _get(options, column, "Schema")
         if inline:
             text, source = inline, f"'{column}Schema'"
         else:
-            text, source = _from_registry(options, column, topics, registry)
+            text, source = _from_registry(options, column, topics, registry, fmt)
         try:
-            arrow_type(parse_schema(text))
-        except AvroSchemaError as e:
+            column_types(fmt, text)
+        except ValueError as e:      # AvroSchemaError, JsonSchemaError
             raise OptionError(f"The reader schema of '{column}' ({source}): {e}") from None
-        resolved[column] = ColumnFormat(column, "avro", text, registry, source)
+        resolved[column] = ColumnFormat(column, fmt, text, registry, source)
     return Formats(value=resolved.get("value"), key=resolved.get("key"), mode=mode)
 
 
-def _from_registry(options: Mapping[str, str], column: str, topics: Sequence[str] | None,
-                   registry: RegistrySettings) -> tuple[str, str]:
-    from .avro import arrow_type, parse_schema
+def column_types(fmt: str, text: str):
+    """(Arrow type, Spark type) of a column read with reader schema ``text`` in format
+    ``fmt``; raises a ValueError naming what has no type."""
+    if fmt == "json":
+        from .jsonschema import json_types
 
+        return json_types(text)
+    from .avro import arrow_type, parse_schema, spark_type
+
+    node = parse_schema(text)
+    return arrow_type(node), spark_type(node)
+
+
+def _from_registry(options: Mapping[str, str], column: str, topics: Sequence[str] | None,
+                   registry: RegistrySettings, fmt: str) -> tuple[str, str]:
     client = client_for(registry)
     schema_id = _get(options, column, "SchemaId")
     version = _get(options, column, "SchemaVersion")
@@ -190,7 +204,7 @@ def _from_registry(options: Mapping[str, str], column: str, topics: Sequence[str
                 raise OptionError(f"Option '{column}SchemaId' must be a schema id (a number), got "
                                   f"{schema_id!r}.") from None
             found = client.schema_by_id(sid)
-            _check_avro(found.schema_type, column, f"schema id {sid}")
+            _check_type(found.schema_type, column, fmt, f"schema id {sid}")
             return found.schema, f"schema id {sid}"
         if version is not None and version != "latest":
             try:
@@ -202,19 +216,19 @@ def _from_registry(options: Mapping[str, str], column: str, topics: Sequence[str
         texts = {}
         for subject in subjects:
             found = client.version(subject, version or "latest")
-            _check_avro(found.schema_type, column, f"subject {subject!r}")
+            _check_type(found.schema_type, column, fmt, f"subject {subject!r}")
             texts[subject] = (found.schema, found.id, found.version)
     except RegistryError as e:
-        raise OptionError(f"'{column}Format' avro: the reader schema could not be read from the "
+        raise OptionError(f"'{column}Format' {fmt}: the reader schema could not be read from the "
                           f"Schema Registry: {e}") from None
     except RegistryUnavailableError as e:
-        raise OptionError(f"'{column}Format' avro: {e}") from None
+        raise OptionError(f"'{column}Format' {fmt}: {e}") from None
     first_subject, (text, sid, ver) = next(iter(texts.items()))
-    want = arrow_type(parse_schema(text))
+    want = column_types(fmt, text)[0]
     for subject, (other, osid, over) in texts.items():
-        if other != text and arrow_type(parse_schema(other)) != want:
+        if other != text and column_types(fmt, other)[0] != want:
             raise OptionError(
-                f"'{column}Format' avro: the subscribed topics' schemas differ, and a DataFrame "
+                f"'{column}Format' {fmt}: the subscribed topics' schemas differ, and a DataFrame "
                 f"has one type: subject {first_subject!r} (id {sid}, version {ver}) and "
                 f"{subject!r} (id {osid}, version {over}). Read them in separate queries, or set "
                 f"'{column}Subject', '{column}SchemaId' or '{column}Schema' to read all of them "
@@ -222,14 +236,12 @@ def _from_registry(options: Mapping[str, str], column: str, topics: Sequence[str
     return text, f"subject {first_subject!r} version {ver} (id {sid})"
 
 
-def _check_avro(schema_type: str, column: str, where: str) -> None:
-    if (schema_type or "AVRO").upper() != "AVRO":
-        raise OptionError(f"'{column}Format' is avro but {where} in the Schema Registry is a "
-                          f"{schema_type} schema.")
+def _check_type(schema_type: str, column: str, fmt: str, where: str) -> None:
+    if (schema_type or "AVRO").upper() != SCHEMA_TYPES[fmt]:
+        raise OptionError(f"'{column}Format' is {fmt} but {where} in the Schema Registry is a "
+                          f"{schema_type or 'AVRO'} schema.")
 
 
 def format_columns_spark(formats: Formats):
     """(column name, Spark type) for each formatted column."""
-    from .avro import parse_schema, spark_type
-
-    return {c.column: spark_type(parse_schema(c.reader_schema)) for c in formats.columns()}
+    return {c.column: column_types(c.format, c.reader_schema)[1] for c in formats.columns()}

@@ -289,3 +289,126 @@ def test_registry_down_when_the_query_is_defined(spark, bootstrap_servers):
     text = str(failed.value)
     assert f"http://127.0.0.1:{port}" in text and "did not answer" in text
     assert "schema.registry.url" in text
+
+
+ORDER_JSON = {
+    "$schema": "http://json-schema.org/draft-07/schema#", "title": "Order", "type": "object",
+    "properties": {
+        "order_id": {"type": "string"}, "customer": {"type": "integer"},
+        "amount": {"type": "number"}, "paid": {"type": "boolean"},
+        "created": {"type": "string", "format": "date-time"},
+        "note": {"type": ["string", "null"]},
+        "address": {"$ref": "#/definitions/Address"},
+        "items": {"type": "array", "items": {"type": "string"}}},
+    "required": ["order_id", "customer"],
+    "definitions": {"Address": {"type": "object", "properties": {
+        "city": {"type": "string"}, "zip": {"type": "string"}}}}}
+
+
+def test_json_schema_values_read_back_as_confluent_deserializer_reads_them(
+        spark, bootstrap_servers, schema_registry):
+    pytest.importorskip("jsonschema")
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+
+    topic = unique_topic_name("jsonorders")
+    create_topic(bootstrap_servers, topic, partitions=2)
+    sr = SchemaRegistryClient({"url": schema_registry})
+    ser = JSONSerializer(json.dumps(ORDER_JSON), sr)
+    producer = Producer({"bootstrap.servers": bootstrap_servers})
+    sent = {}
+    for i in range(200):
+        doc = {"order_id": f"o-{i}", "customer": i * 1_000_003, "amount": i / 4,
+               "paid": i % 2 == 0, "created": f"2025-01-{i % 28 + 1:02d}T10:00:00Z",
+               "note": None if i % 3 else f"n{i}",
+               "address": {"city": ["Paris", "東京"][i % 2], "zip": f"{i:05d}"},
+               "items": [f"sku-{j}" for j in range(i % 4)]}
+        if i % 5 == 0:
+            del doc["note"]                       # an optional property left out
+            doc["unknown"] = {"nested": [1, 2]}   # a property the reader schema lacks
+        producer.produce(topic, partition=i % 2,
+                         value=ser(doc, SerializationContext(topic, MessageField.VALUE)))
+        sent[doc["order_id"]] = doc
+    producer.produce(topic, partition=0, value=b"\x00\x00\x00\x00\x01[1, 2]")
+    # Version 2 adds a property. Adding one to an open content model is not BACKWARD compatible
+    # under the registry's JSON Schema rules, so the subject takes any change, as JSON topics
+    # often do; the reader schema is then version 2, and version-1 documents have no channel.
+    sr.set_compatibility(f"{topic}-value", "NONE")
+    v2 = json.loads(json.dumps(ORDER_JSON))
+    v2["properties"]["channel"] = {"type": "string"}
+    ser2 = JSONSerializer(json.dumps(v2), sr)
+    for i in range(200, 250):
+        doc = {"order_id": f"o-{i}", "customer": i, "amount": 1.0, "paid": True,
+               "created": "2025-02-01T00:00:00Z", "note": "v2", "items": [],
+               "channel": ["web", "app"][i % 2]}
+        producer.produce(topic, partition=i % 2,
+                         value=ser2(doc, SerializationContext(topic, MessageField.VALUE)))
+        sent[doc["order_id"]] = doc
+    assert producer.flush(30) == 0
+
+    import datetime as dt
+
+    from pyspark.sql import functions as F
+
+    df = read_batch(spark, bootstrap_servers, topic, valueFormat="json", mode="PERMISSIVE",
+                    **{"schema.registry.url": schema_registry})
+    # The struct's fields follow the properties of the schema as the registry returns it
+    # (Karapace sorts an object's keys; Confluent's registry keeps them as registered).
+    registered = json.loads(sr.get_latest_version(f"{topic}-value").schema.schema_str)
+    assert [f.name for f in df.schema["value"].dataType.fields] == list(registered["properties"])
+    assert sorted(registered["properties"]) == sorted(v2["properties"])
+    rows = df.withColumn("value", F.col("value").withField(
+        "created", F.unix_micros(F.col("value.created")))).select(
+        "partition", "offset", "value", "valueError").collect()
+    assert len(rows) == 251
+    bad = [r for r in rows if r.valueError is not None]
+    assert len(bad) == 1 and bad[0].value is None and "not a JSON object" in bad[0].valueError
+    assert (bad[0].partition, bad[0].offset) == (0, 100)
+
+    # What confluent-kafka's JSONDeserializer makes of the same bytes, record by record.
+    de = JSONDeserializer(None, schema_registry_client=sr)   # each record's writer schema
+    raw = read_batch(spark, bootstrap_servers, topic).select(
+        "partition", "offset", "value").collect()
+    expected = {}
+    for r in raw:
+        if (r.partition, r.offset) == (0, 100):
+            continue
+        doc = de(bytes(r.value), SerializationContext(topic, MessageField.VALUE))
+        doc.pop("unknown", None)
+        doc.setdefault("note", None)
+        doc.setdefault("channel", None)
+        doc.setdefault("address", None)          # left out of the version-2 documents
+        doc["created"] = round(dt.datetime.fromisoformat(
+            doc["created"].replace("Z", "+00:00")).timestamp() * 1_000_000)
+        expected[(r.partition, r.offset)] = doc
+    assert len(expected) == 250
+    checked = 0
+    for r in rows:
+        if r.value is None:
+            continue
+        got = r.value.asDict(recursive=True)
+        assert got == expected[(r.partition, r.offset)]
+        assert got["order_id"] in sent
+        checked += 1
+    assert checked == 250
+    assert sum(1 for r in rows if r.value is not None and r.value.channel is not None) == 50
+
+    # The same through a stream (FAILFAST would stop on the bad document: PERMISSIVE keeps it).
+    out = tempfile.mkdtemp(prefix="pykafka-json-stream-")
+    query = (spark.readStream.format("pykafka").option("kafka.bootstrap.servers",
+                                                       bootstrap_servers)
+             .option("subscribe", topic).option("startingOffsets", "earliest")
+             .option("valueFormat", "json").option("mode", "PERMISSIVE")
+             .option("schema.registry.url", schema_registry).load()
+             .withColumn("value", F.col("value").withField(
+                 "created", F.unix_micros(F.col("value.created"))))
+             .select("partition", "offset", "value", "valueError")
+             .writeStream.format("parquet").option("path", out + "/data")
+             .option("checkpointLocation", out + "/ckpt").trigger(availableNow=True).start())
+    assert query.awaitTermination(180)
+    assert query.exception() is None, query.exception()
+    streamed = spark.read.parquet(out + "/data").collect()
+    assert sorted((r.partition, r.offset, r.valueError is None) for r in streamed) == sorted(
+        (r.partition, r.offset, r.valueError is None) for r in rows)
+    for r in streamed:
+        if r.value is not None:
+            assert r.value.asDict(recursive=True) == expected[(r.partition, r.offset)]
