@@ -307,7 +307,6 @@ ORDER_JSON = {
 
 def test_json_schema_values_read_back_as_confluent_deserializer_reads_them(
         spark, bootstrap_servers, schema_registry):
-    pytest.importorskip("jsonschema")
     from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 
     topic = unique_topic_name("jsonorders")
