@@ -41,6 +41,7 @@ from .client_config import _FETCH_SETTINGS, _IGNORED, client_config_from_options
 from .options import _lower_keys, parse_bool
 
 if TYPE_CHECKING:  # the producer module loads numpy and pyarrow: import it where it is used
+    from ..formats.sink import SinkFormats
     from ..write.producer import ProducerSettings
 
 log = logging.getLogger(__name__)
@@ -138,6 +139,8 @@ class SinkOptions:
     topic: str | None = None               # option 'topic': overrides the 'topic' column
     exactly_once: bool = False
     transactional_id_prefix: str = DEFAULT_TRANSACTIONAL_ID_PREFIX
+    # valueFormat/keyFormat (kafka_source.formats.sink); None when both are binary
+    formats: "SinkFormats | None" = None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -192,8 +195,12 @@ def parse_sink_options(options: Mapping[str, str], *, streaming: bool = True) ->
     settings = _producer_settings(opts, ProducerSettings, exactly_once=exactly_once)
     if exactly_once:
         _warn_transaction_timeout(settings.transaction_timeout_ms)
+    from ..formats.sink import parse_sink_formats
+
+    formats = parse_sink_formats(opts)
     return SinkOptions(client_config=client_config, producer=settings, topic=topic,
-                       exactly_once=exactly_once, transactional_id_prefix=prefix)
+                       exactly_once=exactly_once, transactional_id_prefix=prefix,
+                       formats=formats if formats.any else None)
 
 
 def _reject_unsupported(opts: Mapping[str, str]) -> None:

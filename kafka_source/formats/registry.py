@@ -223,6 +223,16 @@ class RegistryClient:
         answer = self._request("POST", f"/subjects/{quoted}/versions", body)
         return int(answer["id"])
 
+    def lookup(self, subject: str, schema: str, schema_type: str = "AVRO") -> int:
+        """The id of ``schema`` if it is registered under ``subject`` (RegistryError 404 if
+        not): what a serializer asks when it may not register."""
+        quoted = urllib.parse.quote(subject, safe="")
+        body: dict = {"schema": schema}
+        if schema_type != "AVRO":
+            body["schemaType"] = schema_type
+        answer = self._request("POST", f"/subjects/{quoted}", body)
+        return int(answer["id"])
+
 
 _CLIENTS: dict[RegistrySettings, RegistryClient] = {}
 _CLIENTS_LOCK = threading.Lock()

@@ -45,8 +45,10 @@ class Columns:
 _STRING_OR_BINARY = ("string", "binary")
 
 
-def check_schema(schema, topic_option: str | None) -> Columns:
-    """The sink's columns of Spark ``schema`` (a StructType); ColumnError if one is unusable."""
+def check_schema(schema, topic_option: str | None, formatted: frozenset = frozenset()) -> Columns:
+    """The sink's columns of Spark ``schema`` (a StructType); ColumnError if one is unusable.
+    ``formatted``: the columns written with ``valueFormat``/``keyFormat``, of any type (the
+    format's encoder checks them)."""
     from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
     fields = {}
@@ -69,13 +71,16 @@ def check_schema(schema, topic_option: str | None) -> Columns:
     def string_or_binary(dt) -> bool:
         return isinstance(dt, (StringType, BinaryType))
 
-    value = find("value", _STRING_OR_BINARY, string_or_binary)
+    def value_type(column: str):
+        return (lambda dt: True) if column in formatted else string_or_binary
+
+    value = find("value", _STRING_OR_BINARY, value_type("value"))
     if value is None:
         near = [n for n in fields if n.lower() == "value"]
         hint = f" (there is '{near[0]}': column names are case-sensitive)" if near else ""
         raise ColumnError("The DataFrame written to Kafka needs a 'value' column (string or "
                           f"binary){hint}; its columns are {', '.join(fields) or 'none'}.")
-    key = find("key", _STRING_OR_BINARY, string_or_binary)
+    key = find("key", _STRING_OR_BINARY, value_type("key"))
     partition = find("partition", ("int",), lambda dt: isinstance(dt, IntegerType))
 
     def headers_ok(dt) -> bool:

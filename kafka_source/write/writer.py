@@ -91,8 +91,16 @@ def make_writer(options: Mapping[str, str], schema, overwrite: bool, *, streamin
         raise OptionError("Kafka topics can't be overwritten (mode 'overwrite'): records are only "
                           "ever appended. Write with .mode(\"append\").")
     parsed = parse_sink_options(options, streaming=streaming)
-    columns = check_schema(schema, parsed.topic)
+    formatted = frozenset(parsed.formats.formatted()) if parsed.formats else frozenset()
+    columns = check_schema(schema, parsed.topic, formatted)
     _check_topic_exists(parsed)
+    if parsed.formats is not None:
+        from dataclasses import replace
+
+        from ..formats.sink import plan
+
+        # the writer schemas derived from the columns' types, ids settled for the topic option
+        parsed = replace(parsed, formats=plan(parsed.formats, schema, parsed.topic))
     if streaming:
         _check_marker_access(parsed)
         # overwrite here is Spark's "complete" output mode: as in Spark's Kafka sink, every row
@@ -131,6 +139,15 @@ def _reject_speculation(ctx) -> None:
             "'exactlyOnce' (at-least-once).")
 
 
+def _encoded(options: SinkOptions, columns: Columns, iterator: Iterator) -> Iterator:
+    """The batches with the formatted columns (valueFormat/keyFormat) encoded to bytes."""
+    if options.formats is None:
+        return iterator
+    from ..formats.sink import BatchEncoder
+
+    return BatchEncoder(options.formats, options.topic, columns.topic).encode_batches(iterator)
+
+
 def _log_totals(messages, what: str) -> None:
     done = [m for m in messages if m is not None]
     total = sum(getattr(m, "total", 0) for m in done)
@@ -147,7 +164,8 @@ class KafkaBatchWriter(AcksJvmOnUnpickle, DataSourceArrowWriter):
     def write(self, iterator: Iterator):
         from .task import write_task
 
-        return write_task(self.options, self.columns, iterator, _task_context().partitionId())
+        batches = _encoded(self.options, self.columns, iterator)
+        return write_task(self.options, self.columns, batches, _task_context().partitionId())
 
     def commit(self, messages) -> None:
         _log_totals(messages, "Kafka write committed")
@@ -169,6 +187,7 @@ class KafkaStreamWriter(AcksJvmOnUnpickle, *StreamArrowWriter):
 
     def write(self, iterator: Iterator):
         ctx = _task_context()
+        iterator = _encoded(self.options, self.columns, iterator)
         if not self.options.exactly_once:
             from .task import write_task
 

@@ -411,3 +411,225 @@ def test_json_schema_values_read_back_as_confluent_deserializer_reads_them(
     for r in streamed:
         if r.value is not None:
             assert r.value.asDict(recursive=True) == expected[(r.partition, r.offset)]
+
+
+# --- writing ---------------------------------------------------------------------------------
+
+def orders_frame(spark, n: int, *, extra: bool = False):
+    """A DataFrame of order structs (the column types a pipeline writes) and string keys."""
+    import datetime as dt
+    import decimal
+
+    from pyspark.sql import types as T
+
+    address = T.StructType([T.StructField("city", T.StringType(), False),
+                            T.StructField("zip", T.StringType(), True)])
+    fields = [T.StructField("order_id", T.StringType(), False),
+              T.StructField("customer", T.LongType(), False),
+              T.StructField("qty", T.IntegerType(), True),
+              T.StructField("amount", T.DoubleType(), True),
+              T.StructField("price", T.DecimalType(12, 2), True),
+              T.StructField("paid", T.BooleanType(), True),
+              T.StructField("created", T.TimestampType(), True),
+              T.StructField("day", T.DateType(), True),
+              T.StructField("address", address, True),
+              T.StructField("items", T.ArrayType(T.StringType(), True), True),
+              T.StructField("attrs", T.MapType(T.StringType(), T.LongType(), True), True),
+              T.StructField("raw", T.BinaryType(), True)]
+    if extra:
+        fields.append(T.StructField("channel", T.StringType(), True))
+    value_type = T.StructType(fields)
+    rows = []
+    for i in range(n):
+        value = (f"o-{i:06d}", i * 7919 - 500_000, None if i % 7 == 0 else i % 100, i * 1.5,
+                 decimal.Decimal(i * 1234 - 50_000) / 100, i % 2 == 0,
+                 dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=i),
+                 dt.date(2025, 1, 1) + dt.timedelta(days=i % 300),
+                 None if i % 5 == 0 else (["Paris", "東京"][i % 2],
+                                          None if i % 3 else f"{i:05d}"),
+                 [f"sku-{j}" for j in range(i % 4)] if i % 6 else None,
+                 {f"k{j}": (None if j == 2 else j * i) for j in range(i % 4)},
+                 bytes([i % 256]) * (i % 3))
+        if extra:
+            value = value + (["web", "app", None][i % 3],)
+        rows.append((f"o-{i:06d}", value))
+    schema = T.StructType([T.StructField("key", T.StringType(), False),
+                           T.StructField("value", value_type, True)])
+    return spark.createDataFrame(rows, schema), rows
+
+
+def python_value(row_value, names):
+    """A DataFrame row's value as confluent-kafka's AvroDeserializer returns it."""
+    import datetime as dt
+
+    out = dict(zip(names, row_value))
+    created = out["created"]
+    if created is not None and created.tzinfo is None:
+        created = created.replace(tzinfo=dt.timezone.utc)
+    out["created"] = created
+    if out["address"] is not None:
+        out["address"] = dict(zip(["city", "zip"], out["address"]))
+    if out["raw"] is not None:
+        out["raw"] = bytes(out["raw"])
+    return out
+
+
+def consume_with_confluent(bootstrap, registry, topic, expected: int, avro_keys=True) -> list:
+    """Every record of ``topic`` through confluent-kafka's AvroDeserializers (writer schemas
+    from the registry; keys as UTF-8 unless ``avro_keys``): [(partition, offset, key, value)]."""
+    sr = SchemaRegistryClient({"url": registry})
+    value_de, key_de = AvroDeserializer(sr), AvroDeserializer(sr)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_topic_name("cw"),
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    out, idle = [], 0
+    while idle < 10 and len(out) < expected + 1:
+        msg = consumer.poll(1.0)
+        if msg is None:
+            idle += 1 if len(out) >= expected else 0
+            idle += 1 if not out else 0
+            continue
+        assert msg.error() is None, msg.error()
+        out.append((msg.partition(), msg.offset(),
+                    key_de(msg.key(), SerializationContext(topic, MessageField.KEY))
+                    if avro_keys else msg.key().decode(),
+                    value_de(msg.value(), SerializationContext(topic, MessageField.VALUE))))
+        if len(out) == expected:
+            idle = 7          # a few more polls: nothing more may come
+    consumer.close()
+    return out
+
+
+def write_batch(df, bootstrap, topic, **options):
+    writer = (df.write.format("pykafka").mode("append")
+              .option("kafka.bootstrap.servers", bootstrap).option("topic", topic))
+    for k, v in options.items():
+        writer = writer.option(k, str(v))
+    writer.save()
+
+
+def test_avro_write_reads_back_with_confluent_deserializer(spark, bootstrap_servers,
+                                                           schema_registry, summary_lines):
+    """A struct column written with valueFormat avro: the schema derived from its Spark type,
+    registered under <topic>-value, every record read back field for field by confluent-kafka's
+    AvroDeserializer and by pykafka's reader."""
+    topic = unique_topic_name("avrowrite")
+    create_topic(bootstrap_servers, topic, partitions=3)
+    df, rows = orders_frame(spark, 400)
+    write_batch(df, bootstrap_servers, topic, valueFormat="avro", keyFormat="avro",
+                valueRecordName="com.example.Order",
+                **{"schema.registry.url": schema_registry})
+    sr = SchemaRegistryClient({"url": schema_registry})
+    registered = json.loads(sr.get_latest_version(f"{topic}-value").schema.schema_str)
+    assert (registered.get("namespace"), registered["name"]) == ("com.example", "Order")
+    assert json.loads(sr.get_latest_version(f"{topic}-key").schema.schema_str) == "string"
+
+    names = [f.name for f in df.schema["value"].dataType.fields]
+    want = {key: python_value(value, names) for key, value in rows}
+    got = consume_with_confluent(bootstrap_servers, schema_registry, topic, len(rows))
+    assert len(got) == len(rows)
+    for _, _, key, value in got:
+        assert value == want[key], (key, value, want[key])
+
+    back = read_batch(spark, bootstrap_servers, topic, valueFormat="avro", keyFormat="avro",
+                      **{"schema.registry.url": schema_registry})
+    assert back.schema["value"].dataType == df.schema["value"].dataType
+    assert sorted((r.key, r.value) for r in back.select("key", "value").collect()) == \
+        sorted((r.key, r.value) for r in df.collect())
+    summary_lines.append(f"schema registry: {len(rows)} Avro records written by the sink read "
+                         "back field for field by confluent-kafka's AvroDeserializer")
+
+
+def test_avro_write_evolves_compatibly_and_refuses_incompatible_schemas(
+        spark, bootstrap_servers, schema_registry):
+    from pyspark.sql import functions as F
+
+    topic = unique_topic_name("avroevolve")
+    create_topic(bootstrap_servers, topic, partitions=1)
+    registry = {"schema.registry.url": schema_registry}
+    df, rows = orders_frame(spark, 20)
+    write_batch(df, bootstrap_servers, topic, valueFormat="avro", **registry)
+    # A new nullable field: registered as version 2 (BACKWARD compatible: it has a default).
+    df2, rows2 = orders_frame(spark, 30, extra=True)
+    write_batch(df2, bootstrap_servers, topic, valueFormat="avro", **registry)
+    sr = SchemaRegistryClient({"url": schema_registry})
+    assert sr.get_versions(f"{topic}-value") == [1, 2]
+    # A field whose type changes (long -> string) is refused by the registry, before any task.
+    df3 = df.withColumn("value", F.col("value").withField(
+        "customer", F.col("value.customer").cast("string")))
+    with pytest.raises(Exception) as refused:
+        write_batch(df3, bootstrap_servers, topic, valueFormat="avro", **registry)
+    text = str(refused.value)
+    assert f"subject '{topic}-value'" in text and "incompatible" in text, text
+    # Not allowed to register: a schema the subject lacks is an error; a registered one writes.
+    with pytest.raises(Exception) as unregistered:
+        write_batch(df3, bootstrap_servers, topic, valueFormat="avro",
+                    **{**registry, "auto.register.schemas": "false"})
+    assert "not registered" in str(unregistered.value)
+    write_batch(df2, bootstrap_servers, topic, valueFormat="avro",
+                **{**registry, "auto.register.schemas": "false"})
+    # use.latest.version: the version-1 DataFrame written with version 2 (channel: its default)
+    write_batch(df, bootstrap_servers, topic, valueFormat="avro",
+                **{**registry, "use.latest.version": "true"})
+    assert sr.get_versions(f"{topic}-value") == [1, 2]
+    got = consume_with_confluent(bootstrap_servers, schema_registry, topic, 20 + 30 + 30 + 20,
+                                 avro_keys=False)
+    assert len(got) == 100
+    # One partition, written in turn: the four writes' records in that order (within one write,
+    # in any order: its tasks run side by side).
+    segments = [got[:20], got[20:50], got[50:80], got[80:]]
+    names = [f.name for f in df.schema["value"].dataType.fields]
+    names2 = names + ["channel"]
+    v1 = {key: python_value(value, names) for key, value in rows}
+    v2 = {key: python_value(value, names2) for key, value in rows2}
+    assert {k: v for _, _, k, v in segments[0]} == v1            # no channel: version 1
+    assert {k: v for _, _, k, v in segments[1]} == v2
+    assert {k: v for _, _, k, v in segments[2]} == v2
+    assert {k: v for _, _, k, v in segments[3]} == {k: {**v, "channel": None}
+                                                    for k, v in v1.items()}
+
+
+def test_avro_stream_write_to_topics_from_a_column(spark, bootstrap_servers, schema_registry):
+    """writeStream with a topic column: each topic's subject registered from the executors,
+    every record framed with its topic's schema id."""
+    from pyspark.sql import functions as F
+
+    topics = [unique_topic_name("avrost-a"), unique_topic_name("avrost-b")]
+    for t in topics:
+        create_topic(bootstrap_servers, t, partitions=2)
+    src = tempfile.mkdtemp(prefix="pykafka-avro-src-")
+    df, rows = orders_frame(spark, 300)
+    df.write.mode("overwrite").parquet(src + "/in")
+    stream = (spark.readStream.schema(df.schema).parquet(src + "/in")
+              .withColumn("topic", F.when(F.substring("key", -1, 1).isin("0", "2", "4", "6",
+                                                                         "8"), topics[0])
+                          .otherwise(topics[1])))
+    query = (stream.writeStream.format("pykafka")
+             .option("kafka.bootstrap.servers", bootstrap_servers)
+             .option("valueFormat", "avro").option("schema.registry.url", schema_registry)
+             .option("checkpointLocation", src + "/ckpt").trigger(availableNow=True).start())
+    assert query.awaitTermination(180)
+    assert query.exception() is None, query.exception()
+    names = [f.name for f in df.schema["value"].dataType.fields]
+    want = {key: python_value(value, names) for key, value in rows}
+    seen = 0
+    sr = SchemaRegistryClient({"url": schema_registry})
+    for t in topics:
+        assert sr.get_versions(f"{t}-value") == [1]
+        consumer = Consumer({"bootstrap.servers": bootstrap_servers,
+                             "group.id": unique_topic_name("cw"),
+                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        consumer.subscribe([t])
+        de = AvroDeserializer(sr)
+        idle = 0
+        while idle < 8:
+            msg = consumer.poll(1.0)
+            if msg is None:
+                idle += 1
+                continue
+            key = msg.key().decode()
+            assert (key[-1] in "02468") == (t == topics[0])
+            assert de(msg.value(), SerializationContext(t, MessageField.VALUE)) == want[key]
+            seen += 1
+        consumer.close()
+    assert seen == 300

@@ -292,3 +292,86 @@ def arrow_type(node: Node) -> pa.DataType:
                        pa.field("value", arrow_type(node.values),
                                 nullable=is_nullable(node.values)))
     raise AvroSchemaError(f"no Arrow type for Avro {node.describe()}")
+
+
+# ------------------------------------------------------------------------------------------------
+# From a Spark type: the writer schema of a column the sink writes
+# ------------------------------------------------------------------------------------------------
+
+def minimum_fixed_size(precision: int) -> int:
+    """The fewest bytes that hold every unscaled value of ``precision`` digits, signed (as
+    spark-avro sizes a decimal's fixed)."""
+    size = 1
+    while 2 ** (8 * size - 1) < 10 ** precision:
+        size += 1
+    return size
+
+
+def avro_schema_of(data_type, name: str = "topLevelRecord", namespace: str = "") -> object:
+    """The Avro schema (decoded JSON) of a column of Spark type ``data_type``.
+
+    As spark-avro's ``to_avro`` derives it (``SchemaConverters.toAvroType``: nested records
+    named after their field, in the namespace of their path; decimals as ``fixed`` of the fewest
+    bytes; timestamps as ``timestamp-micros``, timestamp_ntz as ``local-timestamp-micros``;
+    byte and short as ``int``), with one difference: a nullable field is ``["null", T]`` with
+    the default ``null`` (spark-avro writes ``[T, "null"]`` with no default), which is how
+    Confluent's tools write optional fields and what lets a new optional field be BACKWARD
+    compatible in the registry."""
+    from pyspark.sql import types as T
+
+    def of(dt, name: str, space: str) -> object:
+        if isinstance(dt, T.BooleanType):
+            return "boolean"
+        if isinstance(dt, (T.ByteType, T.ShortType, T.IntegerType)):
+            return "int"
+        if isinstance(dt, T.LongType):
+            return "long"
+        if isinstance(dt, T.FloatType):
+            return "float"
+        if isinstance(dt, T.DoubleType):
+            return "double"
+        if isinstance(dt, (T.StringType, T.VarcharType, T.CharType)):
+            return "string"
+        if isinstance(dt, T.BinaryType):
+            return "bytes"
+        if isinstance(dt, T.DateType):
+            return {"type": "int", "logicalType": "date"}
+        if isinstance(dt, T.TimestampNTZType):
+            return {"type": "long", "logicalType": "local-timestamp-micros"}
+        if isinstance(dt, T.TimestampType):
+            return {"type": "long", "logicalType": "timestamp-micros"}
+        if isinstance(dt, T.DecimalType):
+            fixed = {"type": "fixed", "name": name, "size": minimum_fixed_size(dt.precision),
+                     "logicalType": "decimal", "precision": dt.precision, "scale": dt.scale}
+            if space:
+                fixed["namespace"] = space
+            return fixed
+        if isinstance(dt, T.ArrayType):
+            return {"type": "array", "items": optional(of(dt.elementType, name, space),
+                                                       dt.containsNull)}
+        if isinstance(dt, T.MapType):
+            if not isinstance(dt.keyType, T.StringType):
+                raise AvroSchemaError(f"{name}: an Avro map has string keys; a map with "
+                                      f"{dt.keyType.simpleString()} keys has no Avro type")
+            return {"type": "map", "values": optional(of(dt.valueType, name, space),
+                                                      dt.valueContainsNull)}
+        if isinstance(dt, T.StructType):
+            inner = f"{space}.{name}" if space else name
+            record: dict = {"type": "record", "name": name}
+            if space:
+                record["namespace"] = space
+            fields = []
+            for f in dt.fields:
+                field = {"name": f.name, "type": optional(of(f.dataType, f.name, inner),
+                                                          f.nullable)}
+                if f.nullable:
+                    field["default"] = None
+                fields.append(field)
+            record["fields"] = fields
+            return record
+        raise AvroSchemaError(f"{name}: Spark type {dt.simpleString()} has no Avro type")
+
+    def optional(schema, nullable: bool):
+        return ["null", schema] if nullable else schema
+
+    return of(data_type, name, namespace)
