@@ -18,7 +18,7 @@ from ..errors import ProduceError
 
 if TYPE_CHECKING:
     from .batches import TopicPartition, _Batch
-    from .producer import ProducerSettings
+    from ..config.producer_settings import ProducerSettings
 
 _NONE = Errors.NoError.errno
 # The producer's epoch is not the current one of its id: a newer producer of the id fenced it.

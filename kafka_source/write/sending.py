@@ -33,6 +33,7 @@ import kafka.errors as Errors
 from kafka.protocol.metadata import ApiVersionsRequest
 from kafka.protocol.producer import ProduceRequest
 
+from ..config.producer_settings import MAX_IN_FLIGHT_IDEMPOTENT
 from ..wire.net.client import RetriableBrokerError, error_for
 from .batches import TopicPartition, _Batch, _Partition
 from .produce_errors import (_FATAL_NETWORK_ERRORS, _FENCED, _NONE, _describe,
@@ -46,10 +47,6 @@ log = logging.getLogger("kafka_source.write.producer")
 _PRODUCE_MIN_VERSION = 3
 _PRODUCE_MAX_VERSION = 9
 _API_VERSIONS_MAX_VERSION = 3
-
-# The broker keeps the last 5 batches of each producer and partition for duplicate detection,
-# so more than 5 unacknowledged batches in flight per partition could not be deduplicated.
-_MAX_IN_FLIGHT_IDEMPOTENT = 5
 
 _DUPLICATE_SEQUENCE = Errors.DuplicateSequenceNumberError.errno
 _OUT_OF_ORDER_SEQUENCE = Errors.OutOfOrderSequenceNumberError.errno
@@ -164,7 +161,7 @@ class _Sender:
             return True
         if not st.confirmed:
             return st.in_flight == 0
-        return st.in_flight < _MAX_IN_FLIGHT_IDEMPOTENT
+        return st.in_flight < MAX_IN_FLIGHT_IDEMPOTENT
 
     def _node_ready(self, node) -> bool:
         if self._client.node_ready(node):

@@ -15,11 +15,11 @@ from .fake_produce_cluster import (CONCURRENT_TRANSACTIONS, DUPLICATE_SEQUENCE,
                                    OUT_OF_ORDER_SEQUENCE, REQUEST_TIMED_OUT,
                                    TOPIC_AUTHORIZATION_FAILED, UNKNOWN_PRODUCER_ID,
                                    FakeProduceCluster, RetriableBrokerError)
+from kafka_source.config.producer_settings import ProducerSettings
 from kafka_source.errors import OptionError, ProduceError, TopicError
 from kafka_source.wire.format.encode import BATCH_OVERHEAD, record_sizes
-from kafka_source.write.producer import (Producer, ProducerSettings, TransactionFencedError,
-                                         TransactionHandle, abort_stale_transaction,
-                                         end_transaction)
+from kafka_source.write.producer import (Producer, TransactionFencedError, TransactionHandle,
+                                         abort_stale_transaction, end_transaction)
 
 T = "events"
 
