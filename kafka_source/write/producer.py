@@ -67,13 +67,13 @@ from ..errors import BrokerUnavailableError, ProduceError, TopicError
 from ..wire.net.client import BrokerClient, RetriableBrokerError, TopicInfo, error_for
 from ..wire.format.arrays import from_numpy
 from ..wire.format.encode import BATCH_OVERHEAD, record_sizes
-from .batches import (TopicPartition, _Accumulator, _bare_sizes, _group_by_partition,
-                      _Partition, _sizes_at, _slice, _take)
-from .clock import _Clock
-from .produce_errors import _NONE, _produce_error
-from .sending import _Request, _Sender
+from .batches import (Accumulator, Partition, TopicPartition, bare_sizes, group_by_partition,
+                      sizes_at, slice_column, take_column)
+from .clock import Clock
+from .produce_errors import NONE, produce_error
+from .sending import Request, Sender
 from .ending import end_transaction, end_transactions
-from .transactions import (TransactionFencedError, TransactionHandle, _Transactional,
+from .transactions import (TransactionFencedError, TransactionHandle, Transactional,
                            abort_stale_transaction)
 
 log = logging.getLogger(__name__)
@@ -88,14 +88,14 @@ _MAX_POLL_WAIT_MS = 50           # longest single network wait while blocked (re
 # The producer
 # --------------------------------------------------------------------------------------------
 
-class Producer(_Accumulator, _Sender, _Transactional):
+class Producer(Accumulator, Sender, Transactional):
     """Kafka's producer for Arrow columns (see the module docstring). Not thread-safe: one per
     writer (Spark task).
 
     Accumulating, sending and the producer id and transaction are methods of the mixins
-    :class:`~kafka_source.write.batches._Accumulator`,
-    :class:`~kafka_source.write.sending._Sender` and
-    :class:`~kafka_source.write.transactions._Transactional`; they share the state that
+    :class:`~kafka_source.write.batches.Accumulator`,
+    :class:`~kafka_source.write.sending.Sender` and
+    :class:`~kafka_source.write.transactions.Transactional`; they share the state that
     :meth:`__init__` sets up."""
 
     def __init__(self, client_config: Mapping[str, object], settings: ProducerSettings, *,
@@ -108,7 +108,7 @@ class Producer(_Accumulator, _Sender, _Transactional):
         producers of it and aborting their open transaction), even if it never writes."""
         settings.check()
         self.settings = settings
-        self._clock = clock or _Clock()
+        self._clock = clock or Clock()
         self._owns_client = client is None
         self._client = client if client is not None else BrokerClient(client_config)
         self._client.set_max_in_flight(settings.max_in_flight + 2)
@@ -119,10 +119,10 @@ class Producer(_Accumulator, _Sender, _Transactional):
         self._producer_epoch = -1
         self._counts: dict[str, int] = {}            # topic -> partition count
         self._leaders: dict[TopicPartition, int] = {}
-        self._parts: dict[TopicPartition, _Partition] = {}
+        self._parts: dict[TopicPartition, Partition] = {}
         self._open: set[TopicPartition] = set()      # partitions with an open batch
         self._sendable: set[TopicPartition] = set()  # partitions with batches queued to send
-        self._in_flight: dict[object, deque[_Request]] = {}
+        self._in_flight: dict[object, deque[Request]] = {}
         self._node_errors: dict[object, str] = {}
         self._unacked = 0                            # encoded batches not acknowledged
         self._buffered = 0                           # bytes held (see the module docstring)
@@ -181,20 +181,20 @@ class Producer(_Accumulator, _Sender, _Transactional):
         self._check_partitions(topic, parts)
         # Each record's size without its offset delta and length (both varints that depend on
         # the record's place in its batch): record_sizes gives it at offset delta i.
-        sizes = _bare_sizes(np.asarray(record_sizes(values, keys, headers), dtype=np.int64))
+        sizes = bare_sizes(np.asarray(record_sizes(values, keys, headers), dtype=np.int64))
         self._check_sizes(topic, parts, sizes)
-        groups = _group_by_partition(parts)
+        groups = group_by_partition(parts)
         if self._transactional_id is not None:
             self._add_to_transaction([(topic, p) for p, _ in groups])
         elif self._idempotent and self._producer_id < 0:
             self._init_producer_id()
         for partition, rows in groups:
             if isinstance(rows, slice):
-                v, k, h = values[rows], _slice(keys, rows), _slice(headers, rows)
+                v, k, h = values[rows], slice_column(keys, rows), slice_column(headers, rows)
                 s = sizes[rows]
             else:
                 index = from_numpy(rows)
-                v, k, h = values.take(index), _take(keys, index), _take(headers, index)
+                v, k, h = values.take(index), take_column(keys, index), take_column(headers, index)
                 s = sizes[rows]
             self._append((topic, partition), v, k, h, s)
         self._pump(0)
@@ -284,9 +284,9 @@ class Producer(_Accumulator, _Sender, _Transactional):
         error = self._error
         if error is not None:
             # A fresh exception each time (no growing traceback), with the same fields.
-            raise _produce_error((error.topic, error.partition)
-                                 if error.topic is not None else None, str(error),
-                                 type(error)) from None
+            raise produce_error((error.topic, error.partition)
+                                if error.topic is not None else None, str(error),
+                                type(error)) from None
         if self._closed:
             raise ProduceError("The producer is closed.")
 
@@ -303,13 +303,13 @@ class Producer(_Accumulator, _Sender, _Transactional):
                              f"{count} partition{'s' if count != 1 else ''} (0 to {count - 1}).")
 
     def _check_sizes(self, topic: str, parts: np.ndarray, sizes: np.ndarray) -> None:
-        """``sizes``: see :func:`_bare_sizes`."""
+        """``sizes``: see :func:`bare_sizes`."""
         row = int(np.argmax(sizes))
-        size = int(_sizes_at(sizes[row:row + 1], 0)[0]) + BATCH_OVERHEAD   # alone in a batch
+        size = int(sizes_at(sizes[row:row + 1], 0)[0]) + BATCH_OVERHEAD   # alone in a batch
         for limit, option in ((self.settings.max_request_size, "kafka.max.request.size"),
                               (self.settings.buffer_memory, "kafka.buffer.memory")):
             if size > limit:
-                raise _produce_error(
+                raise produce_error(
                     (topic, int(parts[row])),
                     f"A record for topic '{topic}' partition {int(parts[row])} is {size} bytes "
                     f"when encoded in a record batch, larger than option '{option}' ({limit} "
@@ -359,8 +359,8 @@ class Producer(_Accumulator, _Sender, _Transactional):
         :class:`TransactionFencedError` if ``fenced``)."""
         if self._error is None:
             where = f" topic '{tp[0]}' partition {tp[1]}" if tp is not None else ""
-            self._error = _produce_error(tp, f"Could not write to Kafka{where}: {why}",
-                                         TransactionFencedError if fenced else ProduceError)
+            self._error = produce_error(tp, f"Could not write to Kafka{where}: {why}",
+                                        TransactionFencedError if fenced else ProduceError)
             log.error("%s", self._error)
         return self._error
 
@@ -402,7 +402,7 @@ class Producer(_Accumulator, _Sender, _Transactional):
                 info = self._client.metadata([topic]).get(topic)
                 code = info.error_code if info is not None else \
                     Errors.UnknownTopicOrPartitionError.errno
-                if code == _NONE:
+                if code == NONE:
                     self._update_topic(info)
                     self._metadata_at = self._clock.now()
                     return
@@ -460,7 +460,7 @@ class Producer(_Accumulator, _Sender, _Transactional):
         self._metadata_at = self._clock.now()
         for topic in topics:
             info = infos.get(topic)
-            if info is None or info.error_code != _NONE:
+            if info is None or info.error_code != NONE:
                 code = info.error_code if info is not None else \
                     Errors.UnknownTopicOrPartitionError.errno
                 self._metadata_error = f"topic '{topic}': {error_for(code).__name__}"
