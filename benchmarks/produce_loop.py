@@ -38,7 +38,8 @@ def pykafka_run(bootstrap: str, topic: str, table, partitions: int, codec: str,
     import numpy as np
 
     from kafka_source.config.client_config import client_config_from_options
-    from kafka_source.write.producer import Producer, ProducerSettings
+    from kafka_source.config.producer_settings import ProducerSettings
+    from kafka_source.write.producer import Producer
 
     values = table.column("value").combine_chunks()
     config = client_config_from_options({"kafka.bootstrap.servers": bootstrap})

@@ -342,7 +342,7 @@ def run_client_writer(writer: str, bootstrap: str, topic: str, cfg: WriteConfig,
 def pykafka_settings() -> dict:
     """The sink's producer defaults, as its code says (for the report)."""
     try:
-        from kafka_source.write.producer import ProducerSettings
+        from kafka_source.config.producer_settings import ProducerSettings
 
         s = ProducerSettings()
         return {"acks": "all" if s.acks == -1 else s.acks,

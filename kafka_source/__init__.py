@@ -29,7 +29,8 @@ How a record travels, folder by folder:
               partitioner              murmur2 of the key as Java's producer, round-robin)
               producer                 batching, pipelined Produce, idempotence, transactions
               exactly_once             exactly-once streaming writes through transactions
-    config/   sink_options             the sink's options
+    config/   sink_options,            the sink's options, and the producer's settings
+              producer_settings
     wire/     encode                   Arrow columns -> record batches (the reverse of fast_decode)
     schema, datasource                 Spark's Kafka schema; the DataSource glue
     testing/                           brokers for the tests, the demo and the benchmarks

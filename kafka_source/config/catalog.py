@@ -77,7 +77,7 @@ def _kp(name: str) -> Callable[[], str]:
 def _producer(name: str) -> Callable[[], str]:
     """The sink's default for a producer setting (its ``ProducerSettings``)."""
     def default() -> str:
-        from ..write.producer import ProducerSettings
+        from .producer_settings import ProducerSettings
 
         value = getattr(ProducerSettings(), name)
         if name == "acks":

@@ -12,7 +12,7 @@ Three kinds of ``kafka.*`` option:
   (:func:`~kafka_source.config.client_config.client_config_from_options`) maps them, wraps
   secrets and checks SASL, so reads and writes understand exactly the same security options;
 * producer settings (``kafka.acks``, ``kafka.linger.ms``, ``kafka.compression.type``, ...):
-  mapped here to :class:`~kafka_source.write.producer.ProducerSettings`, with the Java
+  mapped here to :class:`~kafka_source.config.producer_settings.ProducerSettings`, with the Java
   producer's defaults and its rules between them (idempotence needs ``acks=all`` and at most 5
   requests in flight; ``delivery.timeout.ms`` covers ``linger.ms`` + ``request.timeout.ms``);
 * consumer settings (``kafka.group.id``, ``kafka.isolation.level``, ...) and read options
@@ -33,16 +33,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
 from ..errors import OptionError
 from . import catalog
 from .client_config import _FETCH_SETTINGS, _IGNORED, client_config_from_options
 from .options import _lower_keys, parse_bool
+from .producer_settings import ProducerSettings
 
-if TYPE_CHECKING:  # the producer module loads numpy and pyarrow: import it where it is used
+if TYPE_CHECKING:  # formats.sink loads numpy and pyarrow: imported where it is used
     from ..formats.sink import SinkFormats
-    from ..write.producer import ProducerSettings
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ class SinkOptions:
     """The validated options of one write. Picklable; contains no live objects."""
 
     client_config: Mapping[str, object]   # connection/security settings (client_config)
-    producer: "ProducerSettings"
+    producer: ProducerSettings
     topic: str | None = None               # option 'topic': overrides the 'topic' column
     exactly_once: bool = False
     transactional_id_prefix: str = DEFAULT_TRANSACTIONAL_ID_PREFIX
@@ -146,15 +146,13 @@ class SinkOptions:
     def bootstrap_servers(self) -> str:
         return str(self.client_config["bootstrap_servers"])
 
-    def transactional_settings(self, transactional_id: str) -> "ProducerSettings":
+    def transactional_settings(self, transactional_id: str) -> ProducerSettings:
         """The producer settings of one exactly-once task (its own transactional id)."""
         return replace(self.producer, transactional_id=transactional_id)
 
 
 def parse_sink_options(options: Mapping[str, str], *, streaming: bool = True) -> SinkOptions:
     """Validate the options of ``df.write`` (``streaming=False``) or ``df.writeStream``."""
-    from ..write.producer import ProducerSettings
-
     opts = _lower_keys(options)
     _reject_unsupported(opts)
     _warn_meaningless(opts)

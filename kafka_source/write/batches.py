@@ -18,16 +18,16 @@ Memory
     network -- while more would be needed, at most ``max_block_ms`` without progress.
 
 A record's encoded size depends on its place in its batch (its length and offset delta are
-varints), so sizes are computed once per row without those (:func:`_bare_sizes`) and placed at
-their offsets as rows are appended (:func:`_sizes_at`).
+varints), so sizes are computed once per row without those (:func:`bare_sizes`) and placed at
+their offsets as rows are appended (:func:`sizes_at`).
 
-Here are each partition's state (:class:`_Partition`: its open batch, the encoded batches
+Here are each partition's state (:class:`Partition`: its open batch, the encoded batches
 queued to send and those not yet acknowledged, its next sequence number), the Arrow and size
-helpers, and :class:`_Accumulator`, the producer's methods that fill the batches. Those are a
+helpers, and :class:`Accumulator`, the producer's methods that fill the batches. Those are a
 mixin of :class:`~kafka_source.write.producer.Producer` (as are the sending and transaction
 methods, in :mod:`kafka_source.write.sending` and :mod:`kafka_source.write.transactions`), not
 an object of their own, because accumulating and sending share that state at every step -- a
-full buffer makes :meth:`_Accumulator._reserve` drive the network until acknowledgements free
+full buffer makes :meth:`Accumulator._reserve` drive the network until acknowledgements free
 memory -- and the producer's logic is kept as it was, not rewritten around a new interface.
 """
 
@@ -39,7 +39,10 @@ import numpy as np
 import pyarrow as pa
 
 from ..wire.format.encode import BATCH_OVERHEAD, encode_record_batch
-from .produce_errors import _produce_error
+from .produce_errors import produce_error
+
+__all__ = ["Accumulator", "Batch", "Partition", "TopicPartition", "bare_sizes",
+           "group_by_partition", "sizes_at", "slice_column", "take_column"]
 
 TopicPartition = tuple[str, int]
 
@@ -61,7 +64,7 @@ class _OpenBatch:
         self.timestamp_ms = timestamp_ms
 
 
-class _Batch:
+class Batch:
     """An encoded record batch of one partition, kept until acknowledged."""
 
     __slots__ = ("tp", "order", "data", "count", "base_sequence", "created", "in_flight",
@@ -79,15 +82,15 @@ class _Batch:
         self.last_error: str | None = None
 
 
-class _Partition:
+class Partition:
     __slots__ = ("tp", "open", "queue", "unacked", "in_flight", "next_sequence", "next_order",
                  "acked", "confirmed", "retrying", "retry_at")
 
     def __init__(self, tp):
         self.tp = tp
         self.open: _OpenBatch | None = None
-        self.queue: list[_Batch] = []        # to send, in order (a retried batch goes back in)
-        self.unacked: deque[_Batch] = deque()  # every encoded, unacknowledged batch, in order
+        self.queue: list[Batch] = []         # to send, in order (a retried batch goes back in)
+        self.unacked: deque[Batch] = deque()   # every encoded, unacknowledged batch, in order
         self.in_flight = 0
         self.next_sequence = 0
         self.next_order = 0
@@ -99,7 +102,7 @@ class _Partition:
         self.retry_at = 0.0
 
 
-class _Accumulator:
+class Accumulator:
     """The :class:`~kafka_source.write.producer.Producer` methods that append rows to the open
     batches and cut them into encoded record batches (see the module docstring).
 
@@ -107,15 +110,15 @@ class _Accumulator:
     ``_buffered``, ``_unacked``, ``_force_ready``, its producer id and epoch), and while memory
     is short drive the network with its ``_pump``."""
 
-    def _partition(self, tp: TopicPartition) -> _Partition:
+    def _partition(self, tp: TopicPartition) -> Partition:
         st = self._parts.get(tp)
         if st is None:
-            st = self._parts[tp] = _Partition(tp)
+            st = self._parts[tp] = Partition(tp)
         return st
 
     def _append(self, tp, values, keys, headers, sizes: np.ndarray) -> None:
         """Append rows of one partition, cutting batches at the batch size limit. ``sizes``:
-        see :func:`_bare_sizes`."""
+        see :func:`bare_sizes`."""
         st = self._partition(tp)
         n = len(sizes)
         smallest = max(1, int(sizes.min()) + 2)
@@ -127,7 +130,7 @@ class _Accumulator:
             # Exact sizes of the next rows at their places in this batch (at most as many rows
             # as could fit are looked at).
             window = min(n - pos, max(room, 0) // smallest + 1)
-            cumulative = np.cumsum(_sizes_at(sizes[pos:pos + window], first))
+            cumulative = np.cumsum(sizes_at(sizes[pos:pos + window], first))
             take = int(np.searchsorted(cumulative, room, side="right"))
             if take <= 0:
                 if used:                   # the next row does not fit: cut the open batch
@@ -140,7 +143,7 @@ class _Accumulator:
                 st.open = _OpenBatch(self._clock.now(), self._clock.wall_ms())
                 self._open.add(tp)
                 if first:                  # the rows now start the batch: a little smaller
-                    exact = int(_sizes_at(sizes[pos:pos + take], 0).sum())
+                    exact = int(sizes_at(sizes[pos:pos + take], 0).sum())
                     self._buffered -= nbytes - exact
                     nbytes = exact
             ob = st.open
@@ -166,7 +169,7 @@ class _Accumulator:
                     now = self._clock.now()
                     if now >= deadline:
                         tp = self._oldest_pending()
-                        raise _produce_error(tp, (
+                        raise produce_error(tp, (
                             f"Waited {self.settings.max_block_ms} ms (option 'kafka.max.block.ms')"
                             f" for buffer space: {self._buffered} bytes (option "
                             f"'kafka.buffer.memory' = {limit}) are not yet acknowledged by "
@@ -177,7 +180,7 @@ class _Accumulator:
                 self._force_ready = False
         self._buffered += nbytes
 
-    def _cut(self, st: _Partition) -> None:
+    def _cut(self, st: Partition) -> None:
         """Encode the partition's open batch and queue it for sending."""
         ob = st.open
         st.open = None
@@ -197,7 +200,7 @@ class _Accumulator:
             producer_id=self._producer_id, producer_epoch=self._producer_epoch,
             base_sequence=sequence, transactional=self._transactional_id is not None,
             compression=self.settings.compression_type)
-        batch = _Batch(st.tp, st.next_order, data, ob.count, sequence, ob.created)
+        batch = Batch(st.tp, st.next_order, data, ob.count, sequence, ob.created)
         st.next_order += 1
         self._buffered += len(data) - ob.nbytes
         st.queue.append(batch)
@@ -219,7 +222,7 @@ class _Accumulator:
 # Arrow and size helpers
 # --------------------------------------------------------------------------------------------
 
-def _group_by_partition(parts: np.ndarray) -> list[tuple[int, slice | np.ndarray]]:
+def group_by_partition(parts: np.ndarray) -> list[tuple[int, slice | np.ndarray]]:
     """Rows of each partition, in row order: a slice when they are contiguous (the common case
     of a writer that already grouped them), else their indices."""
     first = int(parts[0])
@@ -249,10 +252,10 @@ def _varint_sizes(values: np.ndarray) -> np.ndarray:
             + (z >= 1 << 35)).astype(np.int64)
 
 
-def _bare_sizes(sizes: np.ndarray) -> np.ndarray:
+def bare_sizes(sizes: np.ndarray) -> np.ndarray:
     """From record ``i``'s encoded size at offset delta ``i`` (:func:`record_sizes`), its size
     without the length and offset delta varints -- what does not depend on where the record
-    ends up in a batch (:func:`_sizes_at` adds them back)."""
+    ends up in a batch (:func:`sizes_at` adds them back)."""
     body = sizes - 1                      # the record without its length varint ...
     for width in (2, 3, 4, 5):            # ... whose size is the one width that fits
         candidate = sizes - width
@@ -260,18 +263,18 @@ def _bare_sizes(sizes: np.ndarray) -> np.ndarray:
     return body - _varint_sizes(np.arange(len(sizes), dtype=np.int64))
 
 
-def _sizes_at(bare: np.ndarray, first: int) -> np.ndarray:
-    """Encoded sizes of records of ``bare`` sizes (:func:`_bare_sizes`) placed at offset deltas
+def sizes_at(bare: np.ndarray, first: int) -> np.ndarray:
+    """Encoded sizes of records of ``bare`` sizes (:func:`bare_sizes`) placed at offset deltas
     ``first``, ``first + 1``, ..."""
     body = bare + _varint_sizes(np.arange(first, first + len(bare), dtype=np.int64))
     return body + _varint_sizes(body)
 
 
-def _slice(column: pa.Array | None, rows: slice) -> pa.Array | None:
+def slice_column(column: pa.Array | None, rows: slice) -> pa.Array | None:
     return None if column is None else column[rows]
 
 
-def _take(column: pa.Array | None, index: pa.Array) -> pa.Array | None:
+def take_column(column: pa.Array | None, index: pa.Array) -> pa.Array | None:
     return None if column is None else column.take(index)
 
 

@@ -41,6 +41,8 @@ import pyarrow.compute as pc
 
 from ..wire.format.arrays import to_numpy
 
+__all__ = ["DIGEST_SIZE", "RowsDigest"]
+
 DIGEST_SIZE = 8
 _GROUP = struct.Struct("<Iq")
 

@@ -49,12 +49,14 @@ from kafka.protocol.producer import EndTxnRequest
 
 from ..errors import BrokerSecurityError, ProduceError, RetriableBrokerError
 from ..wire.net.client import BrokerClient, error_for
-from .clock import _Clock
-from .produce_errors import _FENCED
-from .transactions import (_COORDINATOR_MOVED, _TXN_RETRY_BACKOFF_S, TransactionFencedError,
+from .clock import Clock
+from .produce_errors import FENCED
+from .transactions import (COORDINATOR_MOVED, TXN_RETRY_BACKOFF_S, TransactionFencedError,
                            TransactionHandle)
 
 log = logging.getLogger("kafka_source.write.producer")
+
+__all__ = ["end_each", "end_transaction", "end_transactions"]
 
 _END_TXN_MAX_VERSION = 4        # see kafka_source.write.producer's docstring
 _BATCHED_LOOKUP_VERSION = 4     # FindCoordinator carries many keys from here (KIP-699)
@@ -156,7 +158,7 @@ def end_each(client, handles: Sequence[TransactionHandle], commit: bool, *,
     when there is nothing to end."""
     if not any(h.partitions for h in handles):
         return [None] * len(handles)
-    return _Ending(client, handles, commit, timeout_ms, clock or _Clock()).run()
+    return _Ending(client, handles, commit, timeout_ms, clock or Clock()).run()
 
 
 class _Ending:
@@ -266,7 +268,7 @@ class _Ending:
                                                            tid)
                     for t in txns:
                         t.node = node_id
-                elif error in _COORDINATOR_MOVED or getattr(error, "retriable", False):
+                elif error in COORDINATOR_MOVED or getattr(error, "retriable", False):
                     for t in txns:
                         self._retry(t, f"FindCoordinator: {error.__name__}", now)
                 else:
@@ -312,7 +314,7 @@ class _Ending:
         if error is Errors.NoError:
             t.done = True
             return
-        if error in _FENCED:
+        if error in FENCED:
             self._fail(t, TransactionFencedError(
                 f"{self._could_not(tid)} (producer id {h.producer_id}, epoch "
                 f"{h.producer_epoch}): {error.__name__}. A newer producer with this "
@@ -326,11 +328,11 @@ class _Ending:
                 f"{self._could_not(tid)} (producer id {h.producer_id}, epoch "
                 f"{h.producer_epoch}): INVALID_TXN_STATE -- it was already "
                 f"{'aborted' if self.commit else 'committed'} (or never begun)."))
-        elif error in _COORDINATOR_MOVED:
+        elif error in COORDINATOR_MOVED:
             t.node = None
             self._retry(t, error.__name__, now)
         elif error is Errors.ConcurrentTransactionsError:
-            self._retry(t, error.__name__, now, pause=_TXN_RETRY_BACKOFF_S)
+            self._retry(t, error.__name__, now, pause=TXN_RETRY_BACKOFF_S)
         elif getattr(error, "retriable", False):
             self._retry(t, error.__name__, now)
         else:

@@ -24,6 +24,9 @@ import kafka.errors as Errors
 
 from ..errors import KafkaSourceError, ProduceError
 
+__all__ = ["MarkerAccessError", "MarkerEntry", "MarkerStore", "TransactionCommitError",
+           "decode_marker", "encode_marker", "marker_group", "transactional_id"]
+
 TopicPartition = tuple[str, int]
 
 _MARKER_PREFIX = "pk2:"      # with digests and repair rounds

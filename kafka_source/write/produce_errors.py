@@ -6,37 +6,48 @@ names the topic and partition (also as the error's ``topic`` and ``partition`` a
 what Kafka answered, and the option or broker setting that would help. The messages live here,
 apart from the code that decides to fail (:mod:`kafka_source.write.sending`,
 :mod:`kafka_source.write.transactions`), so that code reads as control flow.
+
+The lowest of the producer's modules: every other one imports it, so it imports none of them.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import kafka.errors as Errors
 
 from ..errors import ProduceError
 
 if TYPE_CHECKING:
-    from .batches import TopicPartition, _Batch
-    from .producer import ProducerSettings
+    from ..config.producer_settings import ProducerSettings
 
-_NONE = Errors.NoError.errno
+__all__ = ["FATAL_NETWORK_ERRORS", "FENCED", "NONE", "describe", "fatal_produce_message",
+           "produce_error"]
+
+NONE = Errors.NoError.errno
 # The producer's epoch is not the current one of its id: a newer producer of the id fenced it.
-_FENCED = (Errors.InvalidProducerEpochError, Errors.ProducerFencedError,
-           Errors.TransactionCoordinatorFencedError)
+FENCED = (Errors.InvalidProducerEpochError, Errors.ProducerFencedError,
+          Errors.TransactionCoordinatorFencedError)
 
 # Network failures that no retry can fix (a TLS or SASL failure is raised by node_ready).
-_FATAL_NETWORK_ERRORS = (Errors.IncompatibleBrokerVersion, Errors.UnsupportedVersionError)
+FATAL_NETWORK_ERRORS = (Errors.IncompatibleBrokerVersion, Errors.UnsupportedVersionError)
 
 
-def _produce_error(tp: TopicPartition | None, message: str, kind=ProduceError) -> ProduceError:
+class _EncodedBatch(Protocol):
+    """What a message reads of a failed record batch, a
+    :class:`~kafka_source.write.batches.Batch` (a protocol: batches imports this module)."""
+
+    data: bytes
+
+
+def produce_error(tp: tuple[str, int] | None, message: str, kind=ProduceError) -> ProduceError:
     """A :class:`ProduceError` (or ``kind``) with ``topic`` and ``partition`` attributes."""
     error = kind(message)
     error.topic, error.partition = tp if tp is not None else (None, None)
     return error
 
 
-def _describe(error, message: str | None, record_errors) -> str:
+def describe(error, message: str | None, record_errors) -> str:
     text = error.__name__
     details = [message] if message else []
     for item in record_errors or ():
@@ -46,14 +57,14 @@ def _describe(error, message: str | None, record_errors) -> str:
     return text + (f" ({'; '.join(details[:3])})" if details else "")
 
 
-def _fatal_produce_message(error, what: str, batch: _Batch, settings: ProducerSettings,
-                           transactional_id: str | None) -> str:
+def fatal_produce_message(error, what: str, batch: _EncodedBatch, settings: ProducerSettings,
+                          transactional_id: str | None) -> str:
     if error in (Errors.MessageSizeTooLargeError, Errors.RecordListTooLargeError):
         return (f"{what}: the broker rejected a record batch of {len(batch.data)} bytes as too "
                 "large. The topic's 'max.message.bytes' (or the broker's 'message.max.bytes') "
                 f"is smaller; lower 'kafka.batch.size' ({settings.batch_size}) or raise that "
                 "limit.")
-    if error in _FENCED:
+    if error in FENCED:
         return (f"{what}: this producer was fenced" + (
             f" -- a newer producer with transactional id '{transactional_id}' was started"
             if transactional_id else "") + ".")

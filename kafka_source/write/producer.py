@@ -21,10 +21,11 @@ modules of their own, each with the why of its part in its docstring:
 :mod:`~kafka_source.write.produce_errors` -- what the producer's failures say.
 :mod:`~kafka_source.write.clock` -- the time, simulated in unit tests.
 
-This module has :class:`ProducerSettings` and :class:`Producer`, whose methods for those parts
-come from mixins in their modules: here are its public API, the checks of what is sent, the
-network loop (``Producer._pump``) and the metadata of the topics written to. The public names
-of the parts are importable from here too.
+This module has :class:`Producer`, whose methods for those parts come from mixins in their
+modules: here are its public API, the checks of what is sent, the network loop
+(``Producer._pump``) and the metadata of the topics written to. Its settings,
+:class:`ProducerSettings`, are configuration (:mod:`kafka_source.config.producer_settings`).
+The public names of the parts, and the settings, are importable from here too.
 
 Following leaders
     As the Java producer does, metadata is asked for again when a request fails or an answer
@@ -55,24 +56,24 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from dataclasses import dataclass
 from typing import Mapping
 
 import kafka.errors as Errors
 import numpy as np
 import pyarrow as pa
 
-from ..errors import BrokerUnavailableError, OptionError, ProduceError, TopicError
+from ..config.producer_settings import DEFAULT_BATCH_SIZE, ProducerSettings
+from ..errors import BrokerUnavailableError, ProduceError, TopicError
 from ..wire.net.client import BrokerClient, RetriableBrokerError, TopicInfo, error_for
 from ..wire.format.arrays import from_numpy
 from ..wire.format.encode import BATCH_OVERHEAD, record_sizes
-from .batches import (TopicPartition, _Accumulator, _bare_sizes, _group_by_partition,
-                      _Partition, _sizes_at, _slice, _take)
-from .clock import _Clock
-from .produce_errors import _NONE, _produce_error
-from .sending import _MAX_IN_FLIGHT_IDEMPOTENT, _Request, _Sender
+from .batches import (Accumulator, Partition, TopicPartition, bare_sizes, group_by_partition,
+                      sizes_at, slice_column, take_column)
+from .clock import Clock
+from .produce_errors import NONE, produce_error
+from .sending import Request, Sender
 from .ending import end_transaction, end_transactions
-from .transactions import (TransactionFencedError, TransactionHandle, _Transactional,
+from .transactions import (TransactionFencedError, TransactionHandle, Transactional,
                            abort_stale_transaction)
 
 log = logging.getLogger(__name__)
@@ -80,102 +81,21 @@ log = logging.getLogger(__name__)
 __all__ = ["DEFAULT_BATCH_SIZE", "Producer", "ProducerSettings", "TransactionFencedError",
            "TransactionHandle", "abort_stale_transaction", "end_transaction", "end_transactions"]
 
-#: Default ``kafka.batch.size``: 256 KiB, not Java's 16 KiB. Measured with
-#: ``benchmarks/produce_loop.py --grid`` (1M x 100 B, 4 partitions, linger 5 ms, median of 3,
-#: Kafka 4.0 on the same 2-core machine), records/s uncompressed / lz4: 16 KiB 0.83M / 0.86M,
-#: 64 KiB 1.96M / 1.71M, 128 KiB 2.14M / 2.06M, 256 KiB 3.3M / 2.4M, 512 KiB 2.8M / 2.4M,
-#: 1 MiB 2.7M / 2.6M. Every Produce request costs a fixed amount of Python work and carries at
-#: most one batch per partition, so small batches mean many requests; from 256 KiB on the
-#: figures are flat within the machine's noise, and a smaller batch holds less memory per
-#: partition and stays far below brokers' ``max.message.bytes`` (1 MiB by default).
-#: ``linger.ms`` 0, 5 and 20 made no measurable difference (the sink hands over thousands of
-#: rows per call), so it keeps Java's default of 5 ms.
-DEFAULT_BATCH_SIZE = 256 * 1024
-
-COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
-
 _MAX_POLL_WAIT_MS = 50           # longest single network wait while blocked (re-checks timers)
-
-
-# --------------------------------------------------------------------------------------------
-# Settings
-# --------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ProducerSettings:
-    """The producer's settings, each the Java producer option of the same meaning
-    (``kafka.acks``, ``kafka.linger.ms``, ...; the sink's options parsing makes them)."""
-
-    acks: int = -1                     # kafka.acks: "all"/-1, 0, 1
-    linger_ms: int = 5                 # Java 4.0 default
-    batch_size: int = DEFAULT_BATCH_SIZE   # kafka.batch.size (bytes of one record batch)
-    compression_type: str = "none"
-    enable_idempotence: bool = True
-    buffer_memory: int = 32 * 1024 * 1024
-    max_request_size: int = 1024 * 1024
-    max_block_ms: int = 60_000
-    delivery_timeout_ms: int = 120_000
-    request_timeout_ms: int = 30_000
-    retry_backoff_ms: int = 100
-    metadata_max_age_ms: int = 300_000   # kafka.metadata.max.age.ms: refresh at least this often
-    max_in_flight: int = 5             # kafka.max.in.flight.requests.per.connection
-    transactional_id: str | None = None
-    transaction_timeout_ms: int = 60_000
-
-    def check(self) -> None:
-        """Raise :class:`OptionError` for settings that cannot work together, naming the
-        options, as the Java producer's ConfigException does."""
-        if self.acks not in (-1, 0, 1):
-            raise OptionError(f"Option 'kafka.acks' must be all (-1), 0 or 1; got {self.acks}.")
-        if self.compression_type not in COMPRESSION_TYPES:
-            raise OptionError(f"Option 'kafka.compression.type' must be one of "
-                              f"{', '.join(COMPRESSION_TYPES)}; got '{self.compression_type}'.")
-        for name, value, low in (("batch.size", self.batch_size, 1),
-                                 ("buffer.memory", self.buffer_memory, 1),
-                                 ("max.request.size", self.max_request_size, 1),
-                                 ("max.in.flight.requests.per.connection", self.max_in_flight, 1),
-                                 ("linger.ms", self.linger_ms, 0),
-                                 ("max.block.ms", self.max_block_ms, 0),
-                                 ("request.timeout.ms", self.request_timeout_ms, 1),
-                                 ("retry.backoff.ms", self.retry_backoff_ms, 0),
-                                 ("metadata.max.age.ms", self.metadata_max_age_ms, 0),
-                                 ("transaction.timeout.ms", self.transaction_timeout_ms, 1)):
-            if int(value) < low:
-                raise OptionError(f"Option 'kafka.{name}' must be at least {low}; got {value}.")
-        if self.delivery_timeout_ms < self.linger_ms + self.request_timeout_ms:
-            raise OptionError(
-                f"Option 'kafka.delivery.timeout.ms' ({self.delivery_timeout_ms}) must be at "
-                f"least 'kafka.linger.ms' + 'kafka.request.timeout.ms' ({self.linger_ms} + "
-                f"{self.request_timeout_ms}), as in the Java producer.")
-        if self.enable_idempotence:
-            if self.acks != -1:
-                raise OptionError(
-                    f"Option 'kafka.enable.idempotence' (true) needs 'kafka.acks' = all; got "
-                    f"{self.acks}. Set 'kafka.enable.idempotence' to false to use acks "
-                    f"{self.acks}.")
-            if self.max_in_flight > _MAX_IN_FLIGHT_IDEMPOTENT:
-                raise OptionError(
-                    "Option 'kafka.max.in.flight.requests.per.connection' must be at most 5 with "
-                    f"'kafka.enable.idempotence' (true); got {self.max_in_flight}.")
-        if self.transactional_id is not None:
-            if not self.transactional_id:
-                raise OptionError("The transactional id must not be empty.")
-            if not self.enable_idempotence:
-                raise OptionError("Transactions need 'kafka.enable.idempotence' = true.")
 
 
 # --------------------------------------------------------------------------------------------
 # The producer
 # --------------------------------------------------------------------------------------------
 
-class Producer(_Accumulator, _Sender, _Transactional):
+class Producer(Accumulator, Sender, Transactional):
     """Kafka's producer for Arrow columns (see the module docstring). Not thread-safe: one per
     writer (Spark task).
 
     Accumulating, sending and the producer id and transaction are methods of the mixins
-    :class:`~kafka_source.write.batches._Accumulator`,
-    :class:`~kafka_source.write.sending._Sender` and
-    :class:`~kafka_source.write.transactions._Transactional`; they share the state that
+    :class:`~kafka_source.write.batches.Accumulator`,
+    :class:`~kafka_source.write.sending.Sender` and
+    :class:`~kafka_source.write.transactions.Transactional`; they share the state that
     :meth:`__init__` sets up."""
 
     def __init__(self, client_config: Mapping[str, object], settings: ProducerSettings, *,
@@ -188,7 +108,7 @@ class Producer(_Accumulator, _Sender, _Transactional):
         producers of it and aborting their open transaction), even if it never writes."""
         settings.check()
         self.settings = settings
-        self._clock = clock or _Clock()
+        self._clock = clock or Clock()
         self._owns_client = client is None
         self._client = client if client is not None else BrokerClient(client_config)
         self._client.set_max_in_flight(settings.max_in_flight + 2)
@@ -199,10 +119,10 @@ class Producer(_Accumulator, _Sender, _Transactional):
         self._producer_epoch = -1
         self._counts: dict[str, int] = {}            # topic -> partition count
         self._leaders: dict[TopicPartition, int] = {}
-        self._parts: dict[TopicPartition, _Partition] = {}
+        self._parts: dict[TopicPartition, Partition] = {}
         self._open: set[TopicPartition] = set()      # partitions with an open batch
         self._sendable: set[TopicPartition] = set()  # partitions with batches queued to send
-        self._in_flight: dict[object, deque[_Request]] = {}
+        self._in_flight: dict[object, deque[Request]] = {}
         self._node_errors: dict[object, str] = {}
         self._unacked = 0                            # encoded batches not acknowledged
         self._buffered = 0                           # bytes held (see the module docstring)
@@ -261,20 +181,20 @@ class Producer(_Accumulator, _Sender, _Transactional):
         self._check_partitions(topic, parts)
         # Each record's size without its offset delta and length (both varints that depend on
         # the record's place in its batch): record_sizes gives it at offset delta i.
-        sizes = _bare_sizes(np.asarray(record_sizes(values, keys, headers), dtype=np.int64))
+        sizes = bare_sizes(np.asarray(record_sizes(values, keys, headers), dtype=np.int64))
         self._check_sizes(topic, parts, sizes)
-        groups = _group_by_partition(parts)
+        groups = group_by_partition(parts)
         if self._transactional_id is not None:
             self._add_to_transaction([(topic, p) for p, _ in groups])
         elif self._idempotent and self._producer_id < 0:
             self._init_producer_id()
         for partition, rows in groups:
             if isinstance(rows, slice):
-                v, k, h = values[rows], _slice(keys, rows), _slice(headers, rows)
+                v, k, h = values[rows], slice_column(keys, rows), slice_column(headers, rows)
                 s = sizes[rows]
             else:
                 index = from_numpy(rows)
-                v, k, h = values.take(index), _take(keys, index), _take(headers, index)
+                v, k, h = values.take(index), take_column(keys, index), take_column(headers, index)
                 s = sizes[rows]
             self._append((topic, partition), v, k, h, s)
         self._pump(0)
@@ -364,9 +284,9 @@ class Producer(_Accumulator, _Sender, _Transactional):
         error = self._error
         if error is not None:
             # A fresh exception each time (no growing traceback), with the same fields.
-            raise _produce_error((error.topic, error.partition)
-                                 if error.topic is not None else None, str(error),
-                                 type(error)) from None
+            raise produce_error((error.topic, error.partition)
+                                if error.topic is not None else None, str(error),
+                                type(error)) from None
         if self._closed:
             raise ProduceError("The producer is closed.")
 
@@ -383,13 +303,13 @@ class Producer(_Accumulator, _Sender, _Transactional):
                              f"{count} partition{'s' if count != 1 else ''} (0 to {count - 1}).")
 
     def _check_sizes(self, topic: str, parts: np.ndarray, sizes: np.ndarray) -> None:
-        """``sizes``: see :func:`_bare_sizes`."""
+        """``sizes``: see :func:`bare_sizes`."""
         row = int(np.argmax(sizes))
-        size = int(_sizes_at(sizes[row:row + 1], 0)[0]) + BATCH_OVERHEAD   # alone in a batch
+        size = int(sizes_at(sizes[row:row + 1], 0)[0]) + BATCH_OVERHEAD   # alone in a batch
         for limit, option in ((self.settings.max_request_size, "kafka.max.request.size"),
                               (self.settings.buffer_memory, "kafka.buffer.memory")):
             if size > limit:
-                raise _produce_error(
+                raise produce_error(
                     (topic, int(parts[row])),
                     f"A record for topic '{topic}' partition {int(parts[row])} is {size} bytes "
                     f"when encoded in a record batch, larger than option '{option}' ({limit} "
@@ -439,8 +359,8 @@ class Producer(_Accumulator, _Sender, _Transactional):
         :class:`TransactionFencedError` if ``fenced``)."""
         if self._error is None:
             where = f" topic '{tp[0]}' partition {tp[1]}" if tp is not None else ""
-            self._error = _produce_error(tp, f"Could not write to Kafka{where}: {why}",
-                                         TransactionFencedError if fenced else ProduceError)
+            self._error = produce_error(tp, f"Could not write to Kafka{where}: {why}",
+                                        TransactionFencedError if fenced else ProduceError)
             log.error("%s", self._error)
         return self._error
 
@@ -482,7 +402,7 @@ class Producer(_Accumulator, _Sender, _Transactional):
                 info = self._client.metadata([topic]).get(topic)
                 code = info.error_code if info is not None else \
                     Errors.UnknownTopicOrPartitionError.errno
-                if code == _NONE:
+                if code == NONE:
                     self._update_topic(info)
                     self._metadata_at = self._clock.now()
                     return
@@ -540,7 +460,7 @@ class Producer(_Accumulator, _Sender, _Transactional):
         self._metadata_at = self._clock.now()
         for topic in topics:
             info = infos.get(topic)
-            if info is None or info.error_code != _NONE:
+            if info is None or info.error_code != NONE:
                 code = info.error_code if info is not None else \
                     Errors.UnknownTopicOrPartitionError.errno
                 self._metadata_error = f"topic '{topic}': {error_for(code).__name__}"

@@ -41,6 +41,8 @@ from typing import Callable, Iterator, Mapping
 
 log = logging.getLogger(__name__)
 
+__all__ = ["IDLE_CLOSE_S", "MAX_IDLE_PER_KEY", "POOL", "ProducerPool"]
+
 IDLE_CLOSE_S = 600.0        # as Spark's spark.kafka.producer.cache.timeout
 MAX_IDLE_PER_KEY = 2        # one is what a Python worker needs; threads may make a second
 

@@ -27,6 +27,8 @@ from ..errors import TopicError
 from ..wire.format.arrays import to_numpy, valid_mask
 from .columns import ColumnError
 
+__all__ = ["Spreader", "choose_partitions", "split_by_topic"]
+
 
 class Spreader:
     """Round robin of unkeyed rows, per topic, for one task."""

@@ -20,7 +20,7 @@ Retries keep each partition's order (idempotence)
     A batch not acknowledged ``delivery_timeout_ms`` after it was created fails the producer
     with an error naming topic, partition and the last error.
 
-:class:`_Sender` has these methods of :class:`~kafka_source.write.producer.Producer`, a mixin
+:class:`Sender` has these methods of :class:`~kafka_source.write.producer.Producer`, a mixin
 for the reason given in :mod:`kafka_source.write.batches`.
 """
 
@@ -33,29 +33,27 @@ import kafka.errors as Errors
 from kafka.protocol.metadata import ApiVersionsRequest
 from kafka.protocol.producer import ProduceRequest
 
+from ..config.producer_settings import MAX_IN_FLIGHT_IDEMPOTENT
 from ..wire.net.client import RetriableBrokerError, error_for
-from .batches import TopicPartition, _Batch, _Partition
-from .produce_errors import (_FATAL_NETWORK_ERRORS, _FENCED, _NONE, _describe,
-                             _fatal_produce_message)
+from .batches import Batch, Partition, TopicPartition
+from .produce_errors import FATAL_NETWORK_ERRORS, FENCED, NONE, describe, fatal_produce_message
 
 # Logged under the producer's name, so that logging set up for kafka_source.write.producer
 # covers its retries too.
 log = logging.getLogger("kafka_source.write.producer")
+
+__all__ = ["Request", "Sender"]
 
 # Protocol version caps (see the docstring of kafka_source.write.producer).
 _PRODUCE_MIN_VERSION = 3
 _PRODUCE_MAX_VERSION = 9
 _API_VERSIONS_MAX_VERSION = 3
 
-# The broker keeps the last 5 batches of each producer and partition for duplicate detection,
-# so more than 5 unacknowledged batches in flight per partition could not be deduplicated.
-_MAX_IN_FLIGHT_IDEMPOTENT = 5
-
 _DUPLICATE_SEQUENCE = Errors.DuplicateSequenceNumberError.errno
 _OUT_OF_ORDER_SEQUENCE = Errors.OutOfOrderSequenceNumberError.errno
 
 
-class _Request:
+class Request:
     __slots__ = ("node", "batches", "future", "sent_at")
 
     def __init__(self, node, batches: dict, future, sent_at: float):
@@ -65,7 +63,7 @@ class _Request:
         self.sent_at = sent_at
 
 
-class _Sender:
+class Sender:
     """The :class:`~kafka_source.write.producer.Producer` methods that send the queued batches
     in Produce requests and handle the answers (see the module docstring).
 
@@ -77,7 +75,7 @@ class _Sender:
         if not self._sendable or self._error is not None:
             return
         settings = self.settings
-        by_node: dict[object, list[_Partition]] = {}
+        by_node: dict[object, list[Partition]] = {}
         for tp in list(self._sendable):
             st = self._parts[tp]
             if not st.queue:
@@ -114,11 +112,11 @@ class _Sender:
             while parts and len(queue) < settings.max_in_flight:
                 parts = self._send_request(node, parts, now)
 
-    def _send_request(self, node, parts: list[_Partition], now: float) -> list[_Partition]:
+    def _send_request(self, node, parts: list[Partition], now: float) -> list[Partition]:
         """Send one Produce request to ``node`` with the next batch of each of ``parts`` that
         fits; returns the partitions that still have batches to send to it."""
         limit = self.settings.max_request_size
-        batches: dict[TopicPartition, _Batch] = {}
+        batches: dict[TopicPartition, Batch] = {}
         size = 0
         rest = []
         for st in parts:
@@ -147,12 +145,12 @@ class _Sender:
             topic_data=[T(name=t, partition_data=ps) for t, ps in topics.items()],
             min_version=_PRODUCE_MIN_VERSION, max_version=_PRODUCE_MAX_VERSION)
         future = self._client.send_async(node, request, self.settings.request_timeout_ms)
-        self._in_flight[node].append(_Request(node, batches, future, now))
+        self._in_flight[node].append(Request(node, batches, future, now))
         if self.settings.acks == 0:
             self._unconfirmed.setdefault(node, set()).update(batches)
         return rest
 
-    def _may_send_another(self, st: _Partition) -> bool:
+    def _may_send_another(self, st: Partition) -> bool:
         """Whether another batch of the partition may go out while ``st.in_flight`` are in
         flight. With idempotence: at most 5 (the broker deduplicates the last 5 batches of a
         producer), and only one until the partition acknowledged a first batch -- a broker that
@@ -164,7 +162,7 @@ class _Sender:
             return True
         if not st.confirmed:
             return st.in_flight == 0
-        return st.in_flight < _MAX_IN_FLIGHT_IDEMPOTENT
+        return st.in_flight < MAX_IN_FLIGHT_IDEMPOTENT
 
     def _node_ready(self, node) -> bool:
         if self._client.node_ready(node):
@@ -228,11 +226,11 @@ class _Sender:
                 for batch in request.batches.values():
                     self._retry(batch, f"connection to broker {node} closed", now, refresh=True)
 
-    def _complete(self, request: _Request, now: float) -> None:
+    def _complete(self, request: Request, now: float) -> None:
         future = request.future
         if future.failed():
             exc = future.exception
-            if isinstance(exc, _FATAL_NETWORK_ERRORS):
+            if isinstance(exc, FATAL_NETWORK_ERRORS):
                 tp = next(iter(request.batches))
                 self._fail(tp, f"{type(exc).__name__}: {exc}")
                 return
@@ -256,14 +254,14 @@ class _Sender:
                 self._retry(batch, f"broker {request.node} answered without this partition",
                             now, refresh=True)
 
-    def _partition_result(self, batch: _Batch, answer, now: float) -> None:
+    def _partition_result(self, batch: Batch, answer, now: float) -> None:
         code = answer.error_code
-        if code == _NONE or code == _DUPLICATE_SEQUENCE:
+        if code == NONE or code == _DUPLICATE_SEQUENCE:
             self._acknowledged(batch)
             return
         error = error_for(code)
-        what = _describe(error, getattr(answer, "error_message", None),
-                         getattr(answer, "record_errors", None))
+        what = describe(error, getattr(answer, "error_message", None),
+                        getattr(answer, "record_errors", None))
         st = self._parts[batch.tp]
         if code == _OUT_OF_ORDER_SEQUENCE and self._idempotent and st.unacked \
                 and st.unacked[0] is not batch:
@@ -272,11 +270,11 @@ class _Sender:
         elif getattr(error, "retriable", False):
             self._retry(batch, what, now, refresh=getattr(error, "invalid_metadata", False))
         else:
-            self._fail(batch.tp, _fatal_produce_message(error, what, batch, self.settings,
-                                                        self._transactional_id),
-                       fenced=error in _FENCED)
+            self._fail(batch.tp, fatal_produce_message(error, what, batch, self.settings,
+                                                       self._transactional_id),
+                       fenced=error in FENCED)
 
-    def _acknowledged(self, batch: _Batch) -> None:
+    def _acknowledged(self, batch: Batch) -> None:
         self._metadata_backoff = self._first_metadata_backoff()   # the leaders answer again
         st = self._parts[batch.tp]
         st.in_flight -= 1
@@ -291,7 +289,7 @@ class _Sender:
         self._buffered -= len(batch.data)
         batch.data = b""
 
-    def _retry(self, batch: _Batch, why: str, now: float, *, refresh: bool) -> None:
+    def _retry(self, batch: Batch, why: str, now: float, *, refresh: bool) -> None:
         st = self._parts[batch.tp]
         st.in_flight -= 1
         batch.in_flight = False

@@ -22,6 +22,8 @@ from ..wire.format.arrays import from_numpy
 from .columns import Columns, as_binary, normalize_headers
 from .routing import Spreader, choose_partitions, split_by_topic
 
+__all__ = ["SinkCommitMessage", "acked_records", "digest_batches", "send_batches", "write_task"]
+
 
 @dataclass(frozen=True)
 class SinkCommitMessage(WriterCommitMessage):

@@ -15,7 +15,7 @@ Transactions
     committed there: the handle travels to the Spark driver, which commits or aborts it with
     those of the other tasks once every task succeeded (:mod:`kafka_source.write.ending`).
 
-The executor's side is :class:`_Transactional`, methods of
+The executor's side is :class:`Transactional`, methods of
 :class:`~kafka_source.write.producer.Producer` (a mixin, for the reason given in
 :mod:`kafka_source.write.batches`). The driver's side -- :func:`abort_stale_transaction` here,
 and ending transactions, many at once (:mod:`kafka_source.write.ending`) -- needs no producer,
@@ -36,20 +36,23 @@ from ..config.sink_options import DEFAULT_EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS
 from ..errors import ProduceError
 from ..wire.net.client import BrokerClient, RetriableBrokerError, error_for
 from .batches import TopicPartition
-from .clock import _Clock
-from .produce_errors import _FENCED, _NONE, _produce_error
+from .clock import Clock
+from .produce_errors import FENCED, NONE, produce_error
 
 # Logged under the producer's name, so that logging set up for kafka_source.write.producer
 # covers its messages too.
 log = logging.getLogger("kafka_source.write.producer")
 
+__all__ = ["COORDINATOR_MOVED", "TXN_RETRY_BACKOFF_S", "TransactionFencedError",
+           "TransactionHandle", "Transactional", "abort_stale_transaction"]
+
 # Protocol version caps (see the docstring of kafka_source.write.producer).
 _INIT_PRODUCER_ID_MAX_VERSION = 4
 _ADD_PARTITIONS_MAX_VERSION = 3
 
-_TXN_RETRY_BACKOFF_S = 0.02      # CONCURRENT_TRANSACTIONS clears within milliseconds (Java: 20 ms)
-_COORDINATOR_MOVED = (Errors.CoordinatorNotAvailableError, Errors.NotCoordinatorError,
-                      Errors.CoordinatorLoadInProgressError)
+TXN_RETRY_BACKOFF_S = 0.02       # CONCURRENT_TRANSACTIONS clears within milliseconds (Java: 20 ms)
+COORDINATOR_MOVED = (Errors.CoordinatorNotAvailableError, Errors.NotCoordinatorError,
+                     Errors.CoordinatorLoadInProgressError)
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,7 @@ class TransactionFencedError(ProduceError):
 # Executor side: the producer's id and its transaction
 # --------------------------------------------------------------------------------------------
 
-class _Transactional:
+class Transactional:
     """The :class:`~kafka_source.write.producer.Producer` methods that get its producer id and
     epoch and add partitions to its transaction (see the module docstring).
 
@@ -125,7 +128,7 @@ class _Transactional:
                 errors = {}
                 for topic in response.results_by_topic_v3_and_below:
                     for result in topic.results_by_partition:
-                        if result.partition_error_code != _NONE:
+                        if result.partition_error_code != NONE:
                             errors[(topic.name, result.partition_index)] = \
                                 error_for(result.partition_error_code)
                 if not errors:
@@ -135,17 +138,17 @@ class _Transactional:
                 first_tp, first = min(((tp, e) for tp, e in errors.items()
                                        if e in kinds), default=next(iter(errors.items())))
                 last = f"{first.__name__} for topic '{first_tp[0]}' partition {first_tp[1]}"
-                if any(e in _FENCED for e in kinds):
+                if any(e in FENCED for e in kinds):
                     raise TransactionFencedError(
                         f"Transactional id '{tid}' was fenced while adding partitions to its "
                         "transaction: a newer producer with the same transactional id was "
                         "started (a retried or speculative task?).")
-                if kinds & set(_COORDINATOR_MOVED):
+                if kinds & set(COORDINATOR_MOVED):
                     self._txn_node = None
                 elif Errors.ConcurrentTransactionsError in kinds:
-                    retry_s = _TXN_RETRY_BACKOFF_S
+                    retry_s = TXN_RETRY_BACKOFF_S
                 elif not all(getattr(e, "retriable", False) for e in kinds):
-                    raise _produce_error(first_tp, (
+                    raise produce_error(first_tp, (
                         f"Could not add topic '{first_tp[0]}' partition {first_tp[1]} to the "
                         f"transaction of transactional id '{tid}': {first.__name__} "
                         f"({getattr(first, 'description', '')})."))
@@ -153,7 +156,7 @@ class _Transactional:
                 last = str(exc)
                 self._txn_node = None
             if self._clock.now() >= deadline:
-                raise _produce_error(new[0], (
+                raise produce_error(new[0], (
                     f"Could not add {len(new)} partition(s) to the transaction of transactional "
                     f"id '{tid}' within {self.settings.max_block_ms} ms (option "
                     f"'kafka.max.block.ms'). Last error: {last}"))
@@ -172,7 +175,7 @@ def abort_stale_transaction(client_config: Mapping[str, object], transactional_i
     the abort is done) for at most ``timeout_ms``. Afterwards no earlier handle of the id can
     commit. ``transaction_timeout_ms`` is what the id is registered with (no transaction is
     begun, so it hardly matters)."""
-    clock = clock or _Clock()
+    clock = clock or Clock()
     own = client is None
     client = client if client is not None else BrokerClient(client_config)
     try:
@@ -205,10 +208,10 @@ def _init_producer_id(client, transactional_id: str | None, transaction_timeout_
             if error is Errors.NoError:
                 return response.producer_id, response.producer_epoch
             last = error.__name__
-            if error in _COORDINATOR_MOVED:
+            if error in COORDINATOR_MOVED:
                 node = None
             elif error is Errors.ConcurrentTransactionsError:
-                pause = _TXN_RETRY_BACKOFF_S
+                pause = TXN_RETRY_BACKOFF_S
             elif not getattr(error, "retriable", False):
                 raise ProduceError(_init_error_message(error, subject, transaction_timeout_ms))
         except RetriableBrokerError as exc:

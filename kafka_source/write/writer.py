@@ -33,6 +33,8 @@ from .columns import Columns, check_schema
 
 log = logging.getLogger(__name__)
 
+__all__ = ["KafkaBatchWriter", "KafkaStreamWriter", "make_writer"]
+
 
 # Topics found to exist, by cluster and topic, with when (time.monotonic()). A streaming query
 # makes a new writer for every micro-batch (and its commit): without this, each one would ask

@@ -17,10 +17,11 @@ from kafka.protocol.consumer import FetchRequest
 from kafka.record.memory_records import MemoryRecords
 
 from kafka_source.config.client_config import client_config_from_options
+from kafka_source.config.producer_settings import ProducerSettings
 from kafka_source.errors import ProduceError, TopicError
 from kafka_source.testing import create_topic, unique_topic_name
 from kafka_source.wire.net.client import BrokerClient
-from kafka_source.write.producer import (Producer, ProducerSettings, TransactionFencedError,
+from kafka_source.write.producer import (Producer, TransactionFencedError,
                                          abort_stale_transaction, end_transaction,
                                          end_transactions)
 

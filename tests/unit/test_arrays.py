@@ -75,11 +75,12 @@ _NEW_WORKER = textwrap.dedent("""
     import numpy as np
     import pyarrow as pa
     from kafka_source.wire.format.arrays import from_numpy, strings
+    from kafka_source.config.producer_settings import ProducerSettings
     from kafka_source.wire.format.encode import encode_record_batch
     from kafka_source.wire.format.fast_decode import decode_to_arrow
     from kafka_source.write.columns import Columns
     from kafka_source.write.partitioner import partitions_for_keys
-    from kafka_source.write.producer import Producer, ProducerSettings
+    from kafka_source.write.producer import Producer
     from kafka_source.write.task import send_batches
     from tests.unit.fake_produce_cluster import FakeProduceCluster
 

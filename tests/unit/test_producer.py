@@ -15,11 +15,11 @@ from .fake_produce_cluster import (CONCURRENT_TRANSACTIONS, DUPLICATE_SEQUENCE,
                                    OUT_OF_ORDER_SEQUENCE, REQUEST_TIMED_OUT,
                                    TOPIC_AUTHORIZATION_FAILED, UNKNOWN_PRODUCER_ID,
                                    FakeProduceCluster, RetriableBrokerError)
+from kafka_source.config.producer_settings import ProducerSettings
 from kafka_source.errors import OptionError, ProduceError, TopicError
 from kafka_source.wire.format.encode import BATCH_OVERHEAD, record_sizes
-from kafka_source.write.producer import (Producer, ProducerSettings, TransactionFencedError,
-                                         TransactionHandle, abort_stale_transaction,
-                                         end_transaction)
+from kafka_source.write.producer import (Producer, TransactionFencedError, TransactionHandle,
+                                         abort_stale_transaction, end_transaction)
 
 T = "events"
 
@@ -89,17 +89,17 @@ def test_batches_are_cut_at_batch_size():
 
 
 def test_record_sizes_are_exact_at_any_place_in_a_batch():
-    from kafka_source.write.producer import _bare_sizes, _sizes_at
+    from kafka_source.write.batches import bare_sizes, sizes_at
     # lengths around the varint boundaries of the record length (64, 8192 bytes)
     v = pa.array([b"y" * n for n in (0, 1, 55, 56, 57, 58, 60, 61, 62, 63, 64, 8180, 8185,
                                      8190, 8191, 8192, 20000)] * 3)
     k = pa.array([None if i % 3 else b"k" * (i % 70) for i in range(len(v))])
-    bare = _bare_sizes(record_sizes(v, k))
+    bare = bare_sizes(record_sizes(v, k))
     for start, first in ((0, 0), (5, 0), (5, 63), (10, 64), (20, 8191), (30, 100_000)):
         pad = pa.nulls(first, pa.binary())
         placed = record_sizes(pa.concat_arrays([pad, v.slice(start, 8)]),
                               pa.concat_arrays([pad, k.slice(start, 8)]))[first:]
-        assert _sizes_at(bare[start:start + 8], first).tolist() == placed.tolist()
+        assert sizes_at(bare[start:start + 8], first).tolist() == placed.tolist()
 
 
 def test_rows_of_interleaved_and_grouped_partitions_keep_their_order():

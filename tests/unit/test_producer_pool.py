@@ -8,10 +8,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from kafka_source.config.producer_settings import ProducerSettings
 from kafka_source.config.sink_options import parse_sink_options
 from kafka_source.errors import ProduceError
 from kafka_source.write.columns import Columns
-from kafka_source.write.producer import Producer, ProducerSettings
+from kafka_source.write.producer import Producer
 from kafka_source.write.producer_pool import ProducerPool
 from kafka_source.write.task import write_task
 

@@ -7,11 +7,11 @@ import pickle
 
 import pytest
 
+from kafka_source.config.producer_settings import DEFAULT_BATCH_SIZE, ProducerSettings
 from kafka_source.config.secrets import Secret
 from kafka_source.config.sink_options import (DEFAULT_EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS,
                                               parse_sink_options)
 from kafka_source.errors import OptionError
-from kafka_source.write.producer import DEFAULT_BATCH_SIZE, ProducerSettings
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
 
