@@ -18,6 +18,13 @@ whole topic, each ending in the same aggregate over decoded fields:
 Reported: records/s (median of ``--runs`` after a warm-up), the ratio of the first two, and the
 decode cost per record (time above the raw read, per record). Also the decoder alone, in this
 process, against fastavro's ``schemaless_reader`` per record.
+
+Then the same for writing, from the decoded records cached in memory, each path to its own
+topic: ``pykafka avro`` (``valueFormat`` avro on ``df.write``, the schema registered from the
+column's type), ``mapInArrow + binary`` (confluent-kafka's ``AvroSerializer`` per record in
+``mapInArrow``, then a binary write), and ``raw write`` (the already-encoded values written as
+binary); the encode cost per record above the raw write; the encoder alone against fastavro's
+``schemaless_writer`` per record.
 """
 
 from __future__ import annotations
@@ -107,7 +114,7 @@ def main() -> None:
     os.environ.setdefault("SCHEMA_REGISTRY_HOME",
                           str(HERE.parent.parent / "shared" / "schema-registry"))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from kafka_source.testing.brokers import LocalKafkaBroker, create_topic
+    from kafka_source.testing.brokers import LocalKafkaBroker
     from kafka_source.testing.registry import start_registry
 
     broker = LocalKafkaBroker(os.environ["KAFKA_HOME"])
@@ -191,7 +198,108 @@ def run(bootstrap: str, registry: str, args) -> None:
         per = (results[name] - results["raw read"]) / args.records * 1e9
         print(f"decode cost above the raw read, {name}: {per:,.0f} ns/record (2 cores)")
     decoder_alone(args)
+    writes(spark, load, bootstrap, registry, args)
     spark.stop()
+
+
+def writes(spark, load, bootstrap: str, registry: str, args) -> None:
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    from kafka_source.testing.brokers import create_topic
+
+    decoded = (load(valueFormat="avro", **{"schema.registry.url": registry})
+               .select("value").repartition(2).cache())
+    encoded = load().select("value").repartition(2).cache()
+    assert decoded.count() == encoded.count() == args.records
+    topics = {name: f"bench-avro-write-{name}" for name in ("pykafka", "udf", "raw")}
+    for t in topics.values():
+        create_topic(bootstrap, t, partitions=4)
+
+    def write(df, topic, **options):
+        w = (df.write.format("pykafka").mode("append")
+             .option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+             .option("kafka.linger.ms", "20"))
+        for k, v in options.items():
+            w = w.option(k, v)
+        w.save()
+
+    def pykafka_avro():
+        write(decoded, topics["pykafka"], valueFormat="avro", valueRecordName="bench.Order",
+              **{"schema.registry.url": registry})
+
+    def udf_path():
+        subject_topic = topics["udf"]
+
+        def encode(batches):
+            from confluent_kafka.schema_registry import SchemaRegistryClient
+            from confluent_kafka.schema_registry.avro import AvroSerializer
+            from confluent_kafka.serialization import MessageField, SerializationContext
+
+            ser = AvroSerializer(SchemaRegistryClient({"url": registry}), json.dumps(ORDER))
+            ctx = SerializationContext(subject_topic, MessageField.VALUE)
+            for batch in batches:
+                rows = batch.column(0).to_pylist()
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array([ser(r, ctx) for r in rows], pa.binary())], names=["value"])
+
+        write(decoded.mapInArrow(encode, "value binary"), topics["udf"])
+
+    def raw():
+        write(encoded, topics["raw"])
+
+    results = {}
+    for name, fn in (("pykafka avro", pykafka_avro), ("mapInArrow + binary", udf_path),
+                     ("raw write", raw)):
+        med, times = timed(fn, args.runs)
+        results[name] = med
+        print(f"write {name:20s} {args.records / med:>12,.0f} records/s  median {med:.2f} s  "
+              f"runs {', '.join(f'{x:.2f}' for x in times)}")
+    print(f"write: pykafka avro / mapInArrow + binary: "
+          f"{results['mapInArrow + binary'] / results['pykafka avro']:.2f}x")
+    for name in ("pykafka avro", "mapInArrow + binary"):
+        per = (results[name] - results["raw write"]) / args.records * 1e9
+        print(f"encode cost above the raw write, {name}: {per:,.0f} ns/record (2 cores)")
+    written = (spark.read.format("pykafka").option("kafka.bootstrap.servers", bootstrap)
+               .option("subscribe", topics["pykafka"]).option("valueFormat", "avro")
+               .option("schema.registry.url", registry).load()
+               .agg(F.count("value.order_id")).collect()[0][0])
+    assert written == args.records * (args.runs + 1), written     # a warm-up, then the runs
+    print(f"pykafka avro: {written:,} records written read back as Avro")
+    encoder_alone(args)
+
+
+def encoder_alone(args) -> None:
+    import fastavro
+    import pyarrow as pa
+
+    from kafka_source.formats.avro import arrow_type, parse_schema
+    from kafka_source.formats.avro.encode import AvroEncoder
+
+    n = min(args.records, 200_000)
+    rows = [record(i) for i in range(n)]
+    node = parse_schema(json.dumps(ORDER))
+    t = arrow_type(node)
+    import datetime as dt
+
+    column = pa.array([{**r, "created": dt.datetime.fromtimestamp(r["created"] / 1000,
+                                                                   dt.timezone.utc)}
+                       for r in rows], type=t)
+    encoder = AvroEncoder(node, t)
+    med, _ = timed(lambda: encoder.encode(column)[0].to_arrow(), args.runs)
+    parsed = fastavro.parse_schema(ORDER)
+
+    def per_record():
+        for r in rows:
+            out = io.BytesIO()
+            fastavro.schemaless_writer(out, parsed, r)
+    fmed, _ = timed(per_record, args.runs)
+    body, _ = encoder.encode(column)
+    first = body.to_arrow()[0].as_py()
+    assert fastavro.schemaless_reader(io.BytesIO(first), parsed, parsed)["order_id"] == \
+        rows[0]["order_id"]
+    print(f"encoder alone (one core, {n:,} records): {med / n * 1e9:,.0f} ns/record; fastavro "
+          f"schemaless_writer per record: {fmed / n * 1e9:,.0f} ns/record ({fmed / med:.1f}x)")
 
 
 def decoder_alone(args) -> None:
