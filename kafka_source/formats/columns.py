@@ -21,7 +21,7 @@ from ..errors import PayloadError
 from .avro import AvroColumnDecoder
 from .avro.decode import optional_strings
 from .options import NAMES, ColumnFormat, Formats, column_types
-from .registry import client_for
+from .registry import RegistryUnavailableError, client_for
 
 _DECODERS: dict[ColumnFormat, object] = {}
 _LOCK = threading.Lock()
@@ -44,8 +44,11 @@ def _decoder(fmt: ColumnFormat):
             lookup = None
             if fmt.registry is not None:
                 client = client_for(fmt.registry)
+                known = dict.fromkeys(fmt.reader_ids, fmt.reader_schema)
 
                 def lookup(schema_id: int) -> str:
+                    if schema_id in known:      # the reader schema's own id: no request
+                        return known[schema_id]
                     found_schema = client.schema_by_id(schema_id)
                     if (found_schema.schema_type or "AVRO").upper() != "AVRO":
                         from .registry import RegistryError
@@ -82,7 +85,12 @@ class BatchDecoder:
         columns = dict(zip(batch.schema.names, batch.columns))
         reasons_columns = {}
         for fmt, decoder in self._decoders:
-            decoded = decoder.decode(columns[fmt.column])
+            try:
+                decoded = decoder.decode(columns[fmt.column])
+            except RegistryUnavailableError as e:
+                raise RegistryUnavailableError(
+                    f"Could not decode the {fmt.column}s of {self._where(batch)}: a writer "
+                    f"schema is not known yet and {e}") from None
             if decoded.bad.any():
                 if self.formats.mode == "FAILFAST":
                     raise self._error(batch, fmt, decoded)
@@ -97,6 +105,14 @@ class BatchDecoder:
         columns.update(reasons_columns)
         return pa.RecordBatch.from_arrays([columns[f.name] for f in self.schema],
                                           schema=self.schema)
+
+    @staticmethod
+    def _where(batch: pa.RecordBatch) -> str:
+        topic = batch.column(batch.schema.get_field_index("topic"))[0].as_py()
+        partition = batch.column(batch.schema.get_field_index("partition"))[0].as_py()
+        offsets = batch.column(batch.schema.get_field_index("offset"))
+        return (f"topic {topic!r} partition {partition} (offsets {offsets[0].as_py()} to "
+                f"{offsets[len(offsets) - 1].as_py()})")
 
     @staticmethod
     def _describe(fmt: ColumnFormat, decoded, row: int, reason: str) -> str:

@@ -42,6 +42,9 @@ class ColumnFormat:
     reader_schema: str                # the Avro schema text
     registry: RegistrySettings | None  # None: plain Avro bodies, no wire-format header
     source: str                       # where the reader schema came from, for messages
+    # Registry ids of the reader schema itself: records written with it are decoded without
+    # asking the registry (which may be down by then), as most records of a topic are.
+    reader_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -166,15 +169,16 @@ def resolve_formats(options: Mapping[str, str], topics: Sequence[str] | None) ->
         if fmt == "binary":
             continue
         inline = _get(options, column, "Schema")
+        ids: tuple[int, ...] = ()
         if inline:
             text, source = inline, f"'{column}Schema'"
         else:
-            text, source = _from_registry(options, column, topics, registry, fmt)
+            text, source, ids = _from_registry(options, column, topics, registry, fmt)
         try:
             column_types(fmt, text)
         except ValueError as e:      # AvroSchemaError, JsonSchemaError
             raise OptionError(f"The reader schema of '{column}' ({source}): {e}") from None
-        resolved[column] = ColumnFormat(column, fmt, text, registry, source)
+        resolved[column] = ColumnFormat(column, fmt, text, registry, source, ids)
     return Formats(value=resolved.get("value"), key=resolved.get("key"), mode=mode)
 
 
@@ -192,7 +196,8 @@ def column_types(fmt: str, text: str):
 
 
 def _from_registry(options: Mapping[str, str], column: str, topics: Sequence[str] | None,
-                   registry: RegistrySettings, fmt: str) -> tuple[str, str]:
+                   registry: RegistrySettings, fmt: str) -> tuple[str, str, tuple[int, ...]]:
+    """(reader schema text, where it came from, the registry ids it has)."""
     client = client_for(registry)
     schema_id = _get(options, column, "SchemaId")
     version = _get(options, column, "SchemaVersion")
@@ -205,7 +210,7 @@ def _from_registry(options: Mapping[str, str], column: str, topics: Sequence[str
                                   f"{schema_id!r}.") from None
             found = client.schema_by_id(sid)
             _check_type(found.schema_type, column, fmt, f"schema id {sid}")
-            return found.schema, f"schema id {sid}"
+            return found.schema, f"schema id {sid}", (sid,)
         if version is not None and version != "latest":
             try:
                 int(version)
@@ -233,7 +238,8 @@ def _from_registry(options: Mapping[str, str], column: str, topics: Sequence[str
                 f"{subject!r} (id {osid}, version {over}). Read them in separate queries, or set "
                 f"'{column}Subject', '{column}SchemaId' or '{column}Schema' to read all of them "
                 "with one schema.")
-    return text, f"subject {first_subject!r} version {ver} (id {sid})"
+    ids = tuple(sorted({i for other, i, _ in texts.values() if other == text}))
+    return text, f"subject {first_subject!r} version {ver} (id {sid})", ids
 
 
 def _check_type(schema_type: str, column: str, fmt: str, where: str) -> None:

@@ -633,3 +633,132 @@ def test_avro_stream_write_to_topics_from_a_column(spark, bootstrap_servers, sch
             seen += 1
         consumer.close()
     assert seen == 300
+
+
+class Switch:
+    """A TCP forwarder to the registry that can be cut: while down, connections are refused
+    (the listening socket is closed), as when the registry's host is gone."""
+
+    def __init__(self, upstream_url: str):
+        import threading
+        import urllib.parse
+
+        parsed = urllib.parse.urlparse(upstream_url)
+        self.upstream = (parsed.hostname, parsed.port)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._lock = threading.Lock()
+        self._listener = None
+        self.up()
+
+    def up(self) -> None:
+        import threading
+
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(16)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def down(self) -> None:
+        listener, self._listener = self._listener, None
+        try:        # wakes the thread blocked in accept(): close() alone would not (Linux)
+            listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        listener.close()
+
+    def _accept(self, listener) -> None:
+        import threading
+
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            if self._listener is not listener:      # cut meanwhile
+                client.close()
+                return
+            upstream = socket.create_connection(self.upstream)
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a, b) -> None:
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+
+def test_registry_down_while_a_stream_runs(spark, bootstrap_servers, schema_registry):
+    """The registry goes away mid-stream: records written with the reader schema keep being
+    decoded (its ids came with the query); a record of a new schema id is retried within
+    'schema.registry.retry.ms', then fails the query naming the registry and the id."""
+    topic = unique_topic_name("srdown")
+    create_topic(bootstrap_servers, topic, partitions=1)
+    switch = Switch(schema_registry)
+    sr = SchemaRegistryClient({"url": schema_registry})
+    v1 = {"type": "record", "name": "Ev", "fields": [{"name": "n", "type": "long"}]}
+    v2 = {**v1, "fields": v1["fields"] + [{"name": "tag", "type": "string", "default": "x"}]}
+    ser1 = AvroSerializer(sr, json.dumps(v1))
+    producer = Producer({"bootstrap.servers": bootstrap_servers})
+
+    def produce(ser, start, count, **extra):
+        for i in range(start, start + count):
+            producer.produce(topic, partition=0, value=ser(
+                {"n": i, **extra}, SerializationContext(topic, MessageField.VALUE)))
+        assert producer.flush(30) == 0
+
+    produce(ser1, 0, 20)
+    name = unique_topic_name("srdown_q").replace("-", "_")
+    query = (spark.readStream.format("pykafka")
+             .option("kafka.bootstrap.servers", bootstrap_servers).option("subscribe", topic)
+             .option("startingOffsets", "earliest").option("valueFormat", "avro")
+             .option("schema.registry.url", switch.url)
+             .option("schema.registry.retry.ms", "3000").load()
+             .select("offset", "value.n")
+             .writeStream.format("memory").queryName(name)
+             .trigger(processingTime="500 milliseconds").start())
+    import time
+
+    def rows() -> int:
+        return spark.sql(f"SELECT count(*) FROM {name}").collect()[0][0]
+
+    def wait_for(count: int) -> None:
+        deadline = time.monotonic() + 90
+        while rows() < count and query.isActive and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert rows() == count, (rows(), query.exception())
+
+    try:
+        wait_for(20)
+        switch.down()
+        produce(ser1, 20, 20)          # the reader schema's id: decoded without the registry
+        wait_for(40)
+        produce(AvroSerializer(sr, json.dumps(v2)), 40, 5, tag="y")   # a new id
+        with pytest.raises(Exception) as failed:     # StreamingQueryException
+            query.awaitTermination(120)
+        error = str(failed.value)
+        assert switch.url in error and "did not answer" in error, error
+        assert f"topic '{topic}' partition 0 (offsets 40 to " in error
+        assert "/schemas/ids/" in error and "schema.registry.retry.ms" in error
+        assert sorted(r.n for r in spark.sql(f"SELECT n FROM {name}").collect()) == \
+            list(range(40))
+    finally:
+        query.stop()
+        if switch._listener is not None:
+            switch.down()

@@ -135,6 +135,25 @@ def test_reader_schema_latest_pinned_and_shared_across_topics(stub):
     assert rec.value.reader_schema == STRING and rec.key is None
 
 
+def test_records_written_with_the_reader_schema_need_no_request(stub):
+    """The reader schema's registry ids travel with it: an executor decodes records written
+    with it without asking the registry (which may be down by then)."""
+    import pyarrow as pa
+
+    from kafka_source.formats.columns import _decoder
+
+    base = {"valueformat": "avro", "schema.registry.url": stub.url}
+    f = resolve_formats(base, ["t1", "t3"])       # the same LONG schema under ids 4 and 3
+    assert f.value.reader_ids == (3, 4)
+    assert resolve_formats({**base, "valueschemaid": "3"}, ["t1"]).value.reader_ids == (3,)
+    stub.close()                                  # the registry is gone
+    decoder = _decoder(f.value)
+    body = bytes([0x54])                          # long 42, zig-zag
+    values = pa.array([b"\x00" + i.to_bytes(4, "big") + body for i in (3, 4)])
+    decoded = decoder.decode(values)
+    assert not decoded.bad.any() and decoded.array.to_pylist() == [{"a": 42}, {"a": 42}]
+
+
 def test_registry_retries_server_errors_then_answers(stub):
     stub.fail_first = 2
     client = RegistryClient(RegistrySettings.from_options({"schema.registry.url": stub.url}))
