@@ -1,18 +1,26 @@
 """SASL sessions re-authenticated by the connector's own clock (kafka_source.wire.net.reauth),
 on fake kafka-python connections: when the clock starts, when a request must re-authenticate
-first, and how the re-authentication is started. Against a real broker, with kafka-python's
-timer made late: tests/integration/test_security.py
+first, and how the re-authentication is started; then on kafka-python's real connection and
+event loop, a request kafka-python sends itself (its metadata refresh). Against a real broker,
+with kafka-python's timer made late: tests/integration/test_security.py
 (test_requests_reauthenticate_in_time_when_the_timer_is_late)."""
 
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 from types import SimpleNamespace
 
+from kafka.net.connection import KafkaConnection
+from kafka.net.selector import NetworkSelector
+from kafka.protocol.broker_version_data import BrokerVersionData
 from kafka.protocol.metadata import MetadataRequest
-from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+from kafka.protocol.parser import KafkaProtocol
+from kafka.protocol.sasl import (SaslAuthenticateRequest, SaslAuthenticateResponse,
+                                 SaslHandshakeRequest, SaslHandshakeResponse)
 
+from kafka_source.wire.net.handshake import ConnectionManager
 from kafka_source.wire.net.reauth import (REAUTH_AT, reauthenticate_at, reauthentication_due,
                                           session_clock, start_reauthentication,
                                           track_sessions)
@@ -46,6 +54,9 @@ class FakeConnection:
     def _send_request(self, request, future=None, timeout_at=None):
         self.sent.append(type(request).__name__)
         return request
+
+    def send_request(self, request, request_timeout_ms=None):
+        return self._send_request(request)
 
     async def _sasl_authenticate(self, timeout_at=None):
         self._send_request(SaslHandshakeRequest(mechanism="SCRAM-SHA-512"))
@@ -169,3 +180,131 @@ def test_a_connection_without_the_private_hooks_is_left_as_it_is():
     track_sessions(conn)
     assert session_clock(conn) is None
     assert not reauthentication_due(conn)
+
+
+# --- requests kafka-python sends on its own --------------------------------------------------
+#
+# Every BrokerClient also runs kafka-python's metadata refresh loop (started by its bootstrap):
+# after any connection of the client is lost -- every broker restart -- it sends a Metadata
+# request to the least loaded broker, preferring an idle connection, through the connection
+# manager, never through BrokerClient.send. On a client that polls rarely (the consumer
+# protocol's heartbeat thread: every 5 s) such an idle connection's session can have ended while
+# kafka-python's timer is not due yet (it counts from when the last SaslAuthenticate response
+# was processed, which can be a poll, 5 s, after it arrived). Below: kafka-python's real
+# connection, event loop and metadata refresh, the broker's side replaced by a transport that
+# records the API key of each request written.
+
+SASL_HANDSHAKE, METADATA, SASL_AUTHENTICATE = 17, 3, 36
+
+
+class WireTransport:
+    """Records the API key (and correlation id) of every request frame written."""
+
+    host = "127.0.0.1"
+
+    def __init__(self):
+        self.api_keys = []
+        self.versions = []
+        self.correlation_ids = []
+
+    def write(self, data):
+        view, at = memoryview(data), 0
+        while at < len(view):
+            size, api_key, version, correlation_id = struct.unpack_from(">ihhi", view, at)
+            self.api_keys.append(api_key)
+            self.versions.append(version)
+            self.correlation_ids.append(correlation_id)
+            at += 4 + size
+
+    def getPeer(self):
+        return ("127.0.0.1", 9093)
+
+    def host_port(self):
+        return "127.0.0.1:9093"
+
+    def abort(self, error=None):
+        self.protocol.connection_lost(error)
+
+    close = abort
+
+
+def authenticated_connection(net, *, age_s: float, timer_in_s: float) -> KafkaConnection:
+    """A connected kafka-python connection whose 10 s SASL session began ``age_s`` ago by the
+    connector's clock, with kafka-python's re-authentication timer due in ``timer_in_s``."""
+    conn = KafkaConnection(net, node_id=1, broker_version_data=BrokerVersionData((4, 0)),
+                           security_protocol="SASL_SSL", sasl_mechanism="PLAIN",
+                           sasl_plain_username="u", sasl_plain_password="p")
+    track_sessions(conn)
+    conn.transport, conn.parser = WireTransport(), KafkaProtocol(client_id="test")
+    conn.transport.protocol = conn
+    conn.initializing, conn.connected = False, True
+    conn._reauth.session_lifetime_ms = 10_000
+    session_clock(conn).began = time.monotonic() - age_s
+    conn._reauth._task = net.call_later(timer_in_s, conn._reauth._run)
+    return conn
+
+
+def test_kafka_pythons_own_metadata_refresh_reauthenticates_first_when_due():
+    net = NetworkSelector()
+    manager = ConnectionManager(net, bootstrap_servers="127.0.0.1:9093",
+                                security_protocol="SASL_SSL", sasl_mechanism="PLAIN")
+    try:
+        # 9.5 s into a 10 s session; kafka-python's timer, counted late, 3 s away
+        conn = authenticated_connection(net, age_s=9.5, timer_in_s=3.0)
+        manager._conns[1] = conn
+        refresh = manager.call_soon(manager.cluster.refresh_metadata, 1)
+        for _ in range(3):
+            net.poll(timeout_ms=0)
+        # the re-authentication goes first; the Metadata request waits for it
+        assert conn.transport.api_keys == [SASL_HANDSHAKE]
+        assert conn._reauth.is_reauthenticating
+        assert not refresh.is_done
+    finally:
+        manager.close()
+        net.close()
+
+
+def test_a_request_on_a_connection_whose_session_is_young_goes_out_at_once():
+    net = NetworkSelector()
+    try:
+        conn = authenticated_connection(net, age_s=1.0, timer_in_s=7.5)
+        conn.send_request(MetadataRequest(topics=[]))
+        assert conn.transport.api_keys == [METADATA]
+        assert not conn._reauth.is_reauthenticating
+    finally:
+        net.close()
+
+
+def test_any_request_sent_when_the_session_is_due_waits_for_the_reauthentication():
+    """The connection itself checks, whoever sends: the request is held at once, before the
+    event loop has run the re-authentication, and goes out after it."""
+    net = NetworkSelector()
+    try:
+        conn = authenticated_connection(net, age_s=8.5, timer_in_s=3.0)
+        conn.send_request(MetadataRequest(topics=[]))
+        assert conn.transport.api_keys == []           # held
+        assert conn._reauth.is_reauthenticating
+        net.poll(timeout_ms=0)
+        assert conn.transport.api_keys == [SASL_HANDSHAKE]
+        conn.send_request(MetadataRequest(topics=[]))  # still held: no second exchange
+        net.poll(timeout_ms=0)
+        assert conn.transport.api_keys == [SASL_HANDSHAKE]
+
+        def answer(response_class, **fields):           # the broker's, to the last request
+            response = response_class(version=conn.transport.versions[-1], **fields)
+            response.with_header(correlation_id=conn.transport.correlation_ids[-1])
+            conn.data_received(bytes(response.encode(framed=True, header=True)))
+            for _ in range(3):
+                net.poll(timeout_ms=0)
+
+        answer(SaslHandshakeResponse, error_code=0, mechanisms=["PLAIN"])
+        assert conn.transport.api_keys == [SASL_HANDSHAKE, SASL_AUTHENTICATE]
+        answer(SaslAuthenticateResponse, error_code=0, error_message=None, auth_bytes=b"",
+               session_lifetime_ms=10_000)
+        # re-authenticated: both held requests go out, and the session starts again
+        assert conn.transport.api_keys == [SASL_HANDSHAKE, SASL_AUTHENTICATE, METADATA, METADATA]
+        assert not conn._reauth.is_reauthenticating
+        assert not reauthentication_due(conn)
+        assert time.monotonic() - session_clock(conn).began < 1
+    finally:
+        net.close()

@@ -281,7 +281,8 @@ class BrokerClient:
         idle between micro-batches would otherwise send its next request first and lose the
         connection. Java's client re-authenticates before sending for the same reason. Running
         the loop once starts the exchange, and kafka-python holds the request until it is
-        done."""
+        done. (The connection checks again for every request handed to it, kafka-python's own
+        included: :func:`kafka_source.wire.net.reauth.track_sessions`.)"""
         conn = self._connections._conns.get(node_id)
         if conn is not None and reauthentication_due(conn):
             start_reauthentication(conn)

@@ -29,6 +29,20 @@ passed by that clock (:func:`reauthentication_due`), or kafka-python's own timer
 kafka-python then holds the request until the re-authentication is done and sends it after,
 which the broker accepts.
 
+The check is made by the connection itself, on every request handed to it
+(:func:`track_sessions` wraps its ``send_request``), not only by the connector's own callers:
+kafka-python sends requests of its own. Each client runs kafka-python's metadata refresh loop,
+which after any lost connection -- every broker restart -- sends Metadata to the least loaded
+broker, preferring an idle connection, from inside the event loop. An idle connection is the
+one whose session has most likely ended, and on a client that polls seldom (the consumer
+protocol's heartbeat thread polls only at its heartbeats, every 5 s by the brokers' default)
+kafka-python's timer for it runs seconds after that end, or is not even due yet: a connection
+the refresh loop opened in the background finishes its SASL exchange at the next poll, and the
+timer counts from then. Checked only in :class:`~kafka_source.wire.net.client.BrokerClient`,
+that Metadata request could go out on the ended session, and the broker closed the connection
+for it: the likely cause of the one expired connection the rolling-restart scenario with the
+consumer protocol counted in about 1 run of 3.
+
 This relies on a few private parts of kafka-python 3's connection (``_send_request``,
 ``_sasl_authenticate``, ``_reauth``); where they are missing, connections work as kafka-python
 makes them and only this early start is lost (logged at DEBUG for each connection).
@@ -73,6 +87,8 @@ def track_sessions(conn) -> None:
     try:
         send_request = conn._send_request
         authenticate = conn._sasl_authenticate
+        public_send = conn.send_request
+        conn._reauth._run                       # noqa: B018 - what start_reauthentication uses
     except AttributeError as exc:
         log.debug("kafka-python's connection has no %s: SASL sessions are re-authenticated on "
                   "kafka-python's own timer only", exc)
@@ -90,8 +106,17 @@ def track_sessions(conn) -> None:
             clock.began = clock._sent
         return result
 
+    def checked_send(request, *args, **kwargs):
+        # Every request handed to the connection, whoever sends it (kafka-python's metadata
+        # refresh loop too): the re-authentication first when it is due, and this request held
+        # until it is done. The exchange's own requests go through _send_request, not here.
+        if reauthentication_due(conn):
+            start_reauthentication(conn)
+        return public_send(request, *args, **kwargs)
+
     conn._send_request = timed_send
     conn._sasl_authenticate = timed_authenticate
+    conn.send_request = checked_send
     setattr(conn, _ATTRIBUTE, clock)
 
 
@@ -131,10 +156,16 @@ def reauthentication_due(conn, now: float | None = None) -> bool:
 
 def start_reauthentication(conn) -> None:
     """Run ``conn``'s re-authentication at the event loop's next turn instead of at its timer
-    (which is cancelled: the exchange schedules the next one when it is done). The caller
-    then polls once, which starts it; kafka-python holds requests sent meanwhile."""
+    (which is cancelled: the exchange schedules the next one when it is done), and hold every
+    request sent from now until it is done, as kafka-python does while it re-authenticates:
+    this may be called from inside the event loop (a request kafka-python sends itself), where
+    nobody can poll to start the exchange before the request is written."""
     reauth = conn._reauth
     task = reauth.task
     if task is not None:
         conn.net.cancel(task)
     reauth._task = conn.net.call_soon(reauth._run)
+    if hasattr(reauth, "_reauthenticating"):
+        # kafka-python's flag (set again by the exchange, cleared when it ends or the
+        # connection is lost): send_request buffers while it is set.
+        reauth._reauthenticating = True
