@@ -95,6 +95,22 @@ def produce(bootstrap: str, registry: str, topic: str, n: int) -> int:
     return schema_id
 
 
+def compare(what: str, cost: str, paths, args) -> None:
+    """Time each of three (name, fn): pykafka's, the usual path, the raw baseline; print
+    records/s, the ratio of the first two, and each one's cost per record above the third."""
+    results = {}
+    for name, fn in paths:
+        med, times = timed(fn, args.runs)
+        results[name] = med
+        print(f"{what} {name:22s} {args.records / med:>12,.0f} records/s  median {med:.2f} s  "
+              f"runs {', '.join(f'{x:.2f}' for x in times)}")
+    (ours, _), (usual, _), (raw, _) = paths
+    print(f"{what}: {ours} / {usual}: {results[usual] / results[ours]:.2f}x")
+    for name in (ours, usual):
+        per = (results[name] - results[raw]) / args.records * 1e9
+        print(f"{cost} cost above the {raw}, {name}: {per:,.0f} ns/record (2 cores)")
+
+
 def timed(fn, runs: int) -> tuple[float, list[float]]:
     fn()    # warm-up
     times = []
@@ -185,18 +201,8 @@ def run(bootstrap: str, registry: str, args) -> None:
         return load().agg(F.sum(F.length("value"))).collect()
 
     assert pykafka_avro() == udf_path(), "the two paths disagree"
-    results = {}
-    for name, fn in (("pykafka avro", pykafka_avro), ("binary + mapInArrow", udf_path),
-                     ("raw read", raw)):
-        med, times = timed(fn, args.runs)
-        results[name] = med
-        print(f"{name:22s} {args.records / med:>12,.0f} records/s  median {med:.2f} s  "
-              f"runs {', '.join(f'{x:.2f}' for x in times)}")
-    print(f"pykafka avro / binary + mapInArrow: "
-          f"{results['binary + mapInArrow'] / results['pykafka avro']:.2f}x")
-    for name in ("pykafka avro", "binary + mapInArrow"):
-        per = (results[name] - results["raw read"]) / args.records * 1e9
-        print(f"decode cost above the raw read, {name}: {per:,.0f} ns/record (2 cores)")
+    compare("read", "decode", (("pykafka avro", pykafka_avro),
+                               ("binary + mapInArrow", udf_path), ("raw read", raw)), args)
     decoder_alone(args)
     writes(spark, load, bootstrap, registry, args)
     spark.stop()
@@ -248,18 +254,8 @@ def writes(spark, load, bootstrap: str, registry: str, args) -> None:
     def raw():
         write(encoded, topics["raw"])
 
-    results = {}
-    for name, fn in (("pykafka avro", pykafka_avro), ("mapInArrow + binary", udf_path),
-                     ("raw write", raw)):
-        med, times = timed(fn, args.runs)
-        results[name] = med
-        print(f"write {name:20s} {args.records / med:>12,.0f} records/s  median {med:.2f} s  "
-              f"runs {', '.join(f'{x:.2f}' for x in times)}")
-    print(f"write: pykafka avro / mapInArrow + binary: "
-          f"{results['mapInArrow + binary'] / results['pykafka avro']:.2f}x")
-    for name in ("pykafka avro", "mapInArrow + binary"):
-        per = (results[name] - results["raw write"]) / args.records * 1e9
-        print(f"encode cost above the raw write, {name}: {per:,.0f} ns/record (2 cores)")
+    compare("write", "encode", (("pykafka avro", pykafka_avro),
+                                ("mapInArrow + binary", udf_path), ("raw write", raw)), args)
     written = (spark.read.format("pykafka").option("kafka.bootstrap.servers", bootstrap)
                .option("subscribe", topics["pykafka"]).option("valueFormat", "avro")
                .option("schema.registry.url", registry).load()

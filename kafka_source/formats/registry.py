@@ -215,23 +215,23 @@ class RegistryClient:
             self._by_id.setdefault(found.id, found)
         return found
 
-    def register(self, subject: str, schema: str, schema_type: str = "AVRO") -> int:
+    def _post_schema(self, subject: str, suffix: str, schema: str, schema_type: str) -> int:
         quoted = urllib.parse.quote(subject, safe="")
         body: dict = {"schema": schema}
         if schema_type != "AVRO":
             body["schemaType"] = schema_type
-        answer = self._request("POST", f"/subjects/{quoted}/versions", body)
+        answer = self._request("POST", f"/subjects/{quoted}{suffix}", body)
         return int(answer["id"])
+
+    def register(self, subject: str, schema: str, schema_type: str = "AVRO") -> int:
+        """The id of ``schema`` under ``subject``, registered as its next version if it is not
+        there yet (RegistryError 409 when the subject's compatibility refuses it)."""
+        return self._post_schema(subject, "/versions", schema, schema_type)
 
     def lookup(self, subject: str, schema: str, schema_type: str = "AVRO") -> int:
         """The id of ``schema`` if it is registered under ``subject`` (RegistryError 404 if
         not): what a serializer asks when it may not register."""
-        quoted = urllib.parse.quote(subject, safe="")
-        body: dict = {"schema": schema}
-        if schema_type != "AVRO":
-            body["schemaType"] = schema_type
-        answer = self._request("POST", f"/subjects/{quoted}", body)
-        return int(answer["id"])
+        return self._post_schema(subject, "", schema, schema_type)
 
 
 _CLIENTS: dict[RegistrySettings, RegistryClient] = {}

@@ -263,19 +263,25 @@ def test_avro_stream_reads_evolving_schemas(spark, bootstrap_servers, schema_reg
               .option("schema.registry.url", schema_registry))
     if ADMISSION_CONTROL:   # several micro-batches (PySpark 4.0/4.1 run AvailableNow as one)
         reader = reader.option("maxOffsetsPerTrigger", "120")
+    rows = stream_to_parquet(spark, reader.load(), out, "partition", "offset", "key", "value")
+    got = {(r.partition, r.offset): (r.key, r.value.asDict(recursive=True)) for r in rows}
+    want = confluent_view(bootstrap_servers, schema_registry, orders_topic, ORDER_V2)
+    assert assert_same(got, want) == 300
+
+
+def stream_to_parquet(spark, df, out: str, *columns) -> list:
+    """Run ``df`` (a stream with a ``value.created`` timestamp) to its end as AvailableNow, the
+    timestamp as epoch microseconds, into parquet under ``out``; the rows written."""
     from pyspark.sql import functions as F
 
-    query = (reader.load().withColumn("value", F.col("value").withField(
+    query = (df.withColumn("value", F.col("value").withField(
                  "created", F.unix_micros(F.col("value.created"))))
-             .select("partition", "offset", "key", "value")
+             .select(*columns)
              .writeStream.format("parquet").option("path", out + "/data")
              .option("checkpointLocation", out + "/ckpt").trigger(availableNow=True).start())
     assert query.awaitTermination(180)
     assert query.exception() is None, query.exception()
-    rows = spark.read.parquet(out + "/data").collect()
-    got = {(r.partition, r.offset): (r.key, r.value.asDict(recursive=True)) for r in rows}
-    want = confluent_view(bootstrap_servers, schema_registry, orders_topic, ORDER_V2)
-    assert assert_same(got, want) == 300
+    return spark.read.parquet(out + "/data").collect()
 
 
 def test_registry_down_when_the_query_is_defined(spark, bootstrap_servers):
@@ -393,19 +399,13 @@ def test_json_schema_values_read_back_as_confluent_deserializer_reads_them(
 
     # The same through a stream (FAILFAST would stop on the bad document: PERMISSIVE keeps it).
     out = tempfile.mkdtemp(prefix="pykafka-json-stream-")
-    query = (spark.readStream.format("pykafka").option("kafka.bootstrap.servers",
-                                                       bootstrap_servers)
-             .option("subscribe", topic).option("startingOffsets", "earliest")
-             .option("valueFormat", "json").option("mode", "PERMISSIVE")
-             .option("schema.registry.url", schema_registry).load()
-             .withColumn("value", F.col("value").withField(
-                 "created", F.unix_micros(F.col("value.created"))))
-             .select("partition", "offset", "value", "valueError")
-             .writeStream.format("parquet").option("path", out + "/data")
-             .option("checkpointLocation", out + "/ckpt").trigger(availableNow=True).start())
-    assert query.awaitTermination(180)
-    assert query.exception() is None, query.exception()
-    streamed = spark.read.parquet(out + "/data").collect()
+    stream = (spark.readStream.format("pykafka").option("kafka.bootstrap.servers",
+                                                        bootstrap_servers)
+              .option("subscribe", topic).option("startingOffsets", "earliest")
+              .option("valueFormat", "json").option("mode", "PERMISSIVE")
+              .option("schema.registry.url", schema_registry).load())
+    streamed = stream_to_parquet(spark, stream, out, "partition", "offset", "value",
+                                 "valueError")
     assert sorted((r.partition, r.offset, r.valueError is None) for r in streamed) == sorted(
         (r.partition, r.offset, r.valueError is None) for r in rows)
     for r in streamed:
