@@ -20,6 +20,7 @@ DOCS_ADDR   ?= 127.0.0.1:8000
 PIP_FLAGS   ?= -q --disable-pip-version-check
 PYTEST_ARGS ?=
 BENCH_ARGS  ?=
+BENCH_AVRO_ARGS ?=
 
 # Spark's Python workers must run the venv's interpreter (absolute path: Spark starts them).
 SPARK_PY_ENV = PYSPARK_PYTHON="$(CURDIR)/$(VPY)" PYSPARK_DRIVER_PYTHON="$(CURDIR)/$(VPY)"
@@ -35,7 +36,7 @@ help:
 	@echo "make test      run the test suite (PYTEST_ARGS='-k foo -x' to pass options to pytest)"
 	@echo "make ci        what CI runs (.ci/run): every pass, two lanes side by side"
 	@echo "make demo      the streaming demo: a query in a consumer group, its lag, a resume (notebooks/demo.py)"
-	@echo "make bench     run benchmarks/run.py (installs the 'bench' extras)"
+	@echo "make bench     run benchmarks/run.py, then benchmarks/avro_read.py (installs the 'bench' extras)"
 	@echo "make docs      serve the documentation site on http://$(DOCS_ADDR) (docs/, mkdocs.yml)"
 	@echo "make docs-build  build the site into site/ with mkdocs build --strict (as CI does)"
 	@echo "make release-check  build the sdist and wheel, twine check, install each in a clean venv and read a topic"
@@ -111,11 +112,13 @@ demo: check-java install
 bench: check-java install-bench
 	@if [ ! -f benchmarks/run.py ]; then echo "benchmarks/run.py is not written yet" >&2; exit 1; fi
 	$(SPARK_PY_ENV) $(VPY) benchmarks/run.py $(BENCH_ARGS)
+	$(SPARK_PY_ENV) $(VPY) benchmarks/avro_read.py $(BENCH_AVRO_ARGS)
 
-# Avro values through a Schema Registry: valueFormat avro against binary values decoded by
-# confluent-kafka's AvroDeserializer in mapInArrow (benchmarks/avro_read.py)
+# Avro through a Schema Registry, alone (make bench runs it after the rest): reads and writes
+# with valueFormat avro against confluent-kafka's AvroDeserializer / AvroSerializer in
+# mapInArrow, on Kafka 4.0 and 2.2 (benchmarks/avro_read.py; BENCH_AVRO_ARGS="--brokers 4.0")
 bench-avro: check-java install-bench
-	$(SPARK_PY_ENV) $(VPY) benchmarks/avro_read.py $(BENCH_ARGS)
+	$(SPARK_PY_ENV) $(VPY) benchmarks/avro_read.py $(BENCH_AVRO_ARGS)
 
 # The documentation site: served with live reload while you edit docs/ (the option reference and
 # the error messages are generated as it builds: docs/hooks.py), or built as CI builds it.

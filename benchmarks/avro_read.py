@@ -1,10 +1,11 @@
 """Avro values through a Schema Registry: pykafka's ``valueFormat`` avro against the user's usual
 path today, on one real broker and registry, in one run.
 
-    .venv/bin/python benchmarks/avro_read.py [--records 1000000] [--runs 3]
+    .venv/bin/python benchmarks/avro_read.py [--records 1000000] [--runs 3] [--brokers 4.0,2.2]
 
-Starts Kafka 4.0 (``KAFKA_HOME`` or ../shared/kafka) and a registry (``SCHEMA_REGISTRY_HOME`` or
-../shared/schema-registry), produces ``--records`` Avro records of about 12 fields (strings,
+On each Kafka of ``--brokers`` in turn (4.0 in KRaft mode, 2.2 in ZooKeeper mode, from their
+distributions as ``run.py`` finds them) with a registry on it (``SCHEMA_REGISTRY_HOME`` or
+../shared/schema-registry): produces ``--records`` Avro records of about 12 fields (strings,
 longs, doubles, an int, a timestamp, optional fields, a nested record, an array) with
 confluent-kafka's ``AvroSerializer`` into a 4-partition topic, then times batch reads of the
 whole topic, each ending in the same aggregate over decoded fields:
@@ -125,22 +126,34 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--brokers", default="4.0,2.2",
+                    help="Kafka releases to run on, in turn (default 4.0,2.2)")
     args = ap.parse_args()
-    os.environ.setdefault("KAFKA_HOME", str(HERE.parent.parent / "shared" / "kafka"))
     os.environ.setdefault("SCHEMA_REGISTRY_HOME",
                           str(HERE.parent.parent / "shared" / "schema-registry"))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from kafka_source.testing.brokers import LocalKafkaBroker
+    sys.path.insert(0, str(HERE))
+    from run import find_distribution
+
+    from kafka_source.testing.brokers import LocalKafkaBroker, LocalZkKafkaBroker
     from kafka_source.testing.registry import start_registry
 
-    broker = LocalKafkaBroker(os.environ["KAFKA_HOME"])
-    broker.start()
-    registry = start_registry(broker.bootstrap_servers)
-    try:
-        run(broker.bootstrap_servers, registry.url, args)
-    finally:
-        registry.stop()
-        broker.stop()
+    for version in args.brokers.split(","):
+        home = find_distribution(version)
+        if home is None:
+            print(f"Kafka {version}: not run, no distribution of it found")
+            continue
+        zookeeper = tuple(int(x) for x in version.split(".")[:2]) < (3, 3)
+        broker = (LocalZkKafkaBroker if zookeeper else LocalKafkaBroker)(home)
+        broker.start()
+        print(f"== Kafka {version} ({'ZooKeeper' if zookeeper else 'KRaft'}) at "
+              f"{broker.bootstrap_servers}")
+        registry = start_registry(broker.bootstrap_servers)
+        try:
+            run(broker.bootstrap_servers, registry.url, args)
+        finally:
+            registry.stop()
+            broker.stop()
 
 
 def run(bootstrap: str, registry: str, args) -> None:

@@ -2,7 +2,8 @@
 
 nbclient (what ``jupyter nbconvert --execute`` runs on) executes every cell in an ipykernel on
 this interpreter, with ``KAFKA_BOOTSTRAP_SERVERS`` set to the test broker: the notebook reads it
-and starts no broker of its own. Any cell error fails the test (``CellExecutionError`` names the
+and starts no broker of its own; ``SCHEMA_REGISTRY_URL`` is set to a real registry where one
+can run (section 7, Avro). Any cell error fails the test (``CellExecutionError`` names the
 cell and shows its traceback). The committed copy's outputs come from a run on real Kafka; this
 test never writes the notebook back.
 """
@@ -32,12 +33,23 @@ def outputs(nb, output_type: str):
 
 
 @pytest.mark.once     # two minutes of its own timeline: CI runs it on Kafka 4.0 (pass 1) only
-def test_quickstart_notebook_runs_top_to_bottom(bootstrap_servers, tmp_path, monkeypatch):
+def test_quickstart_notebook_runs_top_to_bottom(bootstrap_servers, tmp_path, monkeypatch,
+                                                request):
     for key, value in fresh_env().items():
         monkeypatch.setenv(key, value)
     if "PYTHONPATH" not in fresh_env():
         monkeypatch.delenv("PYTHONPATH", raising=False)
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", bootstrap_servers)
+    # Section 7 runs against a real registry where one can run (a Kafka broker and
+    # SCHEMA_REGISTRY_HOME, as in CI), and says it was skipped elsewhere.
+    try:
+        registry = request.getfixturevalue("schema_registry")
+    except pytest.skip.Exception:
+        registry = None
+    if registry:
+        monkeypatch.setenv("SCHEMA_REGISTRY_URL", registry)
+    else:
+        monkeypatch.delenv("SCHEMA_REGISTRY_URL", raising=False)
     # A kernel on this very interpreter, whatever kernels the machine has installed.
     write_kernel_spec(tmp_path / "jupyter" / "kernels" / KERNEL, overrides={
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
@@ -54,6 +66,12 @@ def test_quickstart_notebook_runs_top_to_bottom(bootstrap_servers, tmp_path, mon
                                             text).groups())
     assert distinct == produced, "an event produced in the notebook was never read"
     assert "lag 0: everything committed" in text
+    if registry:
+        assert "200 Avro orders read as columns" in text
+        assert ("200 orders in 3 city totals written as Avro by the sink, read back by "
+                "confluent-kafka's AvroDeserializer") in text
+    else:
+        assert "No Schema Registry: set SCHEMA_REGISTRY_URL" in text
     plots = [o for kind in ("display_data", "execute_result") for o in outputs(nb, kind)
              if "image/png" in o.data]
     assert len(plots) == 1, "the notebook draws one figure (records per batch, lag over time)"
