@@ -247,7 +247,7 @@ def plan(formats: SinkFormats, schema, topic_option: str | None) -> SinkFormats:
         arrow = spark_arrow_type(field.dataType)
         settled = ()
         if enc.registry is not None and topic_option is not None:
-            sid, text = settle(enc, topic_option)
+            sid, text = settled(enc, topic_option)
             settled = ((topic_option, sid, text),)
             writer = text
         if writer is not None:
@@ -334,10 +334,26 @@ def _refusal(enc: ColumnEncoding, topic: str, subject: str | None, e: RegistryEr
     return f"{where}: {e}"
 
 
-# --- the executors: encode batches -------------------------------------------------------------
-
 _SETTLED: dict[tuple, tuple[int, str]] = {}
 _SETTLED_LOCK = threading.Lock()
+
+
+def settled(enc: ColumnEncoding, topic: str) -> tuple[int, str]:
+    """:func:`settle`, once per process for the same column settings and topic: a stream's
+    driver makes a writer every micro-batch, and each executor meets each topic in every task
+    (Confluent's serializers keep what the registry answered too)."""
+    key = (enc.registry, enc.column, topic, enc.writer_schema, enc.schema_id, enc.version,
+           enc.use_latest, enc.auto_register, enc.subject, enc.strategy, enc.record_name)
+    with _SETTLED_LOCK:
+        found = _SETTLED.get(key)
+    if found is None:
+        found = settle(enc, topic)
+        with _SETTLED_LOCK:
+            _SETTLED[key] = found
+    return found
+
+
+# --- the executors: encode batches -------------------------------------------------------------
 
 
 class BatchEncoder:
@@ -356,15 +372,7 @@ class BatchEncoder:
         for t, sid, text in enc.settled:
             if t == topic:
                 return sid, text
-        key = (enc.registry, enc.column, topic, enc.writer_schema, enc.schema_id, enc.version,
-               enc.use_latest, enc.auto_register, enc.subject, enc.strategy, enc.record_name)
-        with _SETTLED_LOCK:
-            found = _SETTLED.get(key)
-        if found is None:
-            found = settle(enc, topic)
-            with _SETTLED_LOCK:
-                _SETTLED[key] = found
-        return found
+        return settled(enc, topic)
 
     def _encoder(self, text: str, arrow_type, column: str):
         from .avro import parse_schema
