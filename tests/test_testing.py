@@ -218,7 +218,34 @@ def offered_ports(monkeypatch, tmp_path):
     monkeypatch.setattr(brokers, "_handed_out_ports", set())
     monkeypatch.setattr(brokers, "_port_locks", {})
     monkeypatch.setattr(brokers.socket, "socket", Probe)
+    monkeypatch.setattr(brokers, "_private_ports", lambda: (0, 0))   # the kernel's offers
     yield offered
+    for fd in brokers._port_locks.values():
+        os.close(fd)
+
+
+def test_free_ports_come_from_below_the_ephemeral_range(monkeypatch, tmp_path):
+    """Outgoing connections take their local ports from the kernel's ephemeral range: a port
+    picked there can be taken before the broker binds it. Picked below it, a port that is in
+    use is skipped."""
+    import socket
+
+    from kafka_source.testing import brokers
+
+    low, high = brokers._private_ports()
+    if (low, high) == (0, 0):
+        pytest.skip("no ip_local_port_range on this system")
+    monkeypatch.setattr(brokers, "_PORTS_DIR", str(tmp_path / "ports"))
+    monkeypatch.setattr(brokers, "_handed_out_ports", set())
+    monkeypatch.setattr(brokers, "_port_locks", {})
+    with socket.socket() as in_use:
+        in_use.bind(("127.0.0.1", low + 17))
+        in_use.listen()
+        offers = iter([low + 17, low + 18])
+        monkeypatch.setattr(brokers.random, "randrange", lambda a, b: next(offers))
+        assert brokers._free_port() == low + 18            # low + 17 is in use: skipped
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        assert high == int(f.read().split()[0])            # below the ephemeral range
     for fd in brokers._port_locks.values():
         os.close(fd)
 

@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import random
 import re
 import shutil
 import socket
@@ -387,6 +388,20 @@ def _hold_across_processes(port: int) -> bool:
     return True
 
 
+def _private_ports() -> tuple[int, int]:
+    """The ports :func:`_free_port` picks from: from 20000 up to the start of the kernel's
+    ephemeral range (Linux: ``ip_local_port_range``, 32768 by default), which outgoing
+    connections never take. (0, 0) where that range is not known or leaves too little room: then
+    the kernel picks (port 0), as before."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0, 0
+    low = 20000
+    return (low, ephemeral_low) if ephemeral_low - low >= 2000 else (0, 0)
+
+
 def _free_port() -> int:
     """A loopback port nothing listens on, and one that neither this process nor another test
     run on the machine has handed out before.
@@ -397,12 +412,26 @@ def _free_port() -> int:
     every port of a broker, a cluster or a test distinct for the life of the process; a lock per
     port (:func:`_hold_across_processes`) does the same between test runs side by side (CI runs
     two passes at once).
+
+    Ports are picked below the kernel's ephemeral range (:func:`_private_ports`), not by binding
+    port 0: an ephemeral port is also what every outgoing connection on the machine takes as its
+    local port, and one taken so between the probe and the broker's own bind failed a broker's
+    start with "Address already in use" (a ZooKeeper-mode broker in CI, port 52979).
     """
+    low, high = _private_ports()
     with _ports_lock:
         for _attempt in range(1000):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
+            if low < high:
+                port = random.randrange(low, high)
+                try:
+                    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                        s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue           # something listens there (or just did)
+            else:
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                    s.bind(("127.0.0.1", 0))
+                    port = s.getsockname()[1]
             if port not in _handed_out_ports:
                 _handed_out_ports.add(port)
                 if _hold_across_processes(port):
