@@ -245,10 +245,10 @@ def plan(formats: SinkFormats, schema, topic_option: str | None) -> SinkFormats:
                     from None
         enc = replace(enc, writer_schema=writer)
         arrow = spark_arrow_type(field.dataType)
-        settled = ()
+        known: tuple = ()
         if enc.registry is not None and topic_option is not None:
             sid, text = settled(enc, topic_option)
-            settled = ((topic_option, sid, text),)
+            known = ((topic_option, sid, text),)
             writer = text
         if writer is not None:
             try:
@@ -257,7 +257,7 @@ def plan(formats: SinkFormats, schema, topic_option: str | None) -> SinkFormats:
                 raise ColumnError(f"Column '{enc.column}' ({field.dataType.simpleString()}) "
                                   f"can't be written with the Avro schema "
                                   f"({enc.describe_source()}): {e}.") from None
-        planned[enc.column] = replace(enc, settled=settled)
+        planned[enc.column] = replace(enc, settled=known)
     return SinkFormats(value=planned.get("value"), key=planned.get("key"))
 
 

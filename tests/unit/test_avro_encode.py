@@ -245,3 +245,27 @@ def test_the_registrys_refusals_are_explained():
     assert "subject 'orders-value'" in text and "incompatible" in text
     assert "not registered" in _refusal(enc, "orders", "orders-value",
                                         RegistryError("HTTP 404", status=404))
+
+
+def test_plan_settles_the_topic_options_schema_once_per_process(monkeypatch):
+    """With a registry and the topic option, the driver settles the subject's id when the write
+    is defined (a refusal fails it there), and a stream's next writers reuse it."""
+    from pyspark.sql import types as T
+
+    from kafka_source.formats import sink
+
+    asked = []
+
+    def settle(enc, topic):
+        asked.append((enc.column, topic))
+        return 7, enc.writer_schema
+
+    monkeypatch.setattr(sink, "settle", settle)
+    monkeypatch.setattr(sink, "_SETTLED", {})
+    df_schema = T.StructType([T.StructField("value", T.StructType(
+        [T.StructField("a", T.LongType(), False)]), True)])
+    opts = {"valueformat": "avro", "schema.registry.url": "http://127.0.0.1:9"}
+    for _ in range(3):
+        planned = plan(parse_sink_formats(opts), df_schema, "orders")
+    assert planned.value.settled == (("orders", 7, planned.value.writer_schema),)
+    assert asked == [("value", "orders")]
