@@ -122,9 +122,9 @@ SECTIONS = (
                          "credentials, KIP-768; unsecured tokens)."),
     ("Fetching", "The executors' fetch loop."),
     ("Formats and the Schema Registry", "Keys and values decoded into columns (Avro, JSON "
-     "Schema) and columns written as Avro, in Confluent's wire format, the schemas from a "
-     "Schema Registry (Confluent's REST API). Each `value...` option has a `key...` twin for "
-     "the key."),
+     "Schema, Protobuf) and columns written as Avro, in Confluent's wire format, the schemas "
+     "from a Schema Registry (Confluent's REST API). Each `value...` option has a `key...` "
+     "twin for the key."),
     ("Writing", "The sink (`df.write`, `df.writeStream`)."),
     ("Producer", "The sink's producer, with the Java producer's names, defaults and rules "
                  "between them."),
@@ -299,10 +299,11 @@ OPTIONS: tuple[Option, ...] = (
            example="200000000"),
     # --- Formats and the Schema Registry ----------------------------------------------------------
     Option("valueFormat", RSW, "`binary`",
-           "`binary` (the bytes, as Spark's source), `avro` or `json` (JSON Schema): the value "
-           "becomes a struct of the reader schema's fields (for Avro spark-avro's types, each "
-           "record resolved from the schema that wrote it). On a write, `avro`: the `value` "
-           "column, of any type, is written as Avro in the wire format.", _PK, _FMT, example="avro",
+           "`binary` (the bytes, as Spark's source), `avro`, `json` (JSON Schema) or "
+           "`protobuf`: the value becomes a struct of the reader schema's fields (for Avro "
+           "spark-avro's types, each record resolved from the schema that wrote it). On a "
+           "write, `avro`: the `value` column, of any type, is written as Avro in the wire "
+           "format.", _PK, _FMT, example="avro",
            requires={"valueSchema": '{"type": "string"}'}),
     Option("keyFormat", RSW, "`binary`", "The same for the key.", _PK, _FMT, example="avro",
            requires={"keySchema": '{"type": "string"}'}),
@@ -334,7 +335,9 @@ OPTIONS: tuple[Option, ...] = (
            "How long an unreachable registry is retried before the query or task fails (ms).",
            _PK, _FMT, example="60000", requires={"schema.registry.url": "http://r:8081"}),
     Option("valueSchema", RSW, "(unset: from the registry)",
-           "The reader schema inline, Avro JSON. Without a registry the values are plain Avro "
+           "The reader schema inline: Avro JSON, a JSON Schema, or for Protobuf a "
+           "FileDescriptorSet in base64 (`protoc --include_imports --descriptor_set_out`, as "
+           "`from_protobuf` takes it). Without a registry the values are plain Avro "
            "bodies written with it (as spark-avro's `from_avro` takes them). On a write, the "
            "writer schema (else derived from the column's type).", _PK, _FMT,
            example='{"type": "string"}', requires={"valueFormat": "avro"}),
@@ -377,6 +380,12 @@ OPTIONS: tuple[Option, ...] = (
            example="com.example.Key",
            requires={"keyFormat": "avro", "schema.registry.url": "http://r:8081",
                      "keySubjectNameStrategy": "RecordNameStrategy"}),
+    Option("valueMessageName", RS, "(the file's first message)",
+           "For `valueFormat` protobuf: the message to read, by full name, when the schema's "
+           "file defines several.", _PK, _FMT, example="shop.Order",
+           requires={"valueFormat": "protobuf", "valueSchema": "CgA="}),
+    Option("keyMessageName", RS, "(the file's first message)", "The same for the key.", _PK,
+           _FMT, example="shop.Key", requires={"keyFormat": "protobuf", "keySchema": "CgA="}),
     Option("auto.register.schemas", W, "`true`",
            "A write registers its writer schema under the subject (an incompatible schema is "
            "an error quoting the registry); `false`: the schema must be registered already.",

@@ -35,6 +35,11 @@ def _decoder(fmt: ColumnFormat):
     """The process's decoder of a column format (Avro's keeps its compiled writer schemas)."""
     with _LOCK:
         found = _DECODERS.get(fmt)
+        if found is None and fmt.format == "protobuf":
+            from .protobuf import ProtobufColumnDecoder
+
+            found = _DECODERS[fmt] = ProtobufColumnDecoder(fmt.reader_schema,
+                                                           framed=fmt.registry is not None)
         if found is None and fmt.format == "json":
             from .jsonschema import JsonColumnDecoder
 

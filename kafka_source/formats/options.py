@@ -22,11 +22,11 @@ from typing import Mapping, Sequence
 from ..errors import OptionError
 from .registry import RegistryError, RegistrySettings, RegistryUnavailableError, client_for
 
-FORMATS = ("binary", "avro", "json")
-NOT_YET = {"protobuf": "Protobuf"}
+FORMATS = ("binary", "avro", "json", "protobuf")
+NOT_YET: dict[str, str] = {}
 # The registry's schemaType of each format's schemas, and the format's name in messages.
-SCHEMA_TYPES = {"avro": "AVRO", "json": "JSON"}
-NAMES = {"avro": "Avro", "json": "JSON Schema"}
+SCHEMA_TYPES = {"avro": "AVRO", "json": "JSON", "protobuf": "PROTOBUF"}
+NAMES = {"avro": "Avro", "json": "JSON Schema", "protobuf": "Protobuf"}
 MODES = ("FAILFAST", "PERMISSIVE")
 STRATEGIES = {"topicnamestrategy": "TopicNameStrategy",
               "recordnamestrategy": "RecordNameStrategy",
@@ -117,7 +117,7 @@ def subjects_for(opts: Mapping[str, str], column: str, topics: Sequence[str] | N
 
 
 _COLUMN_SUFFIXES = ("Schema", "SchemaId", "SchemaVersion", "Subject", "SubjectNameStrategy",
-                    "RecordName")
+                    "RecordName", "MessageName")
 
 
 def check_format_options(options: Mapping[str, str]) -> dict[str, str]:
@@ -141,13 +141,16 @@ def check_format_options(options: Mapping[str, str]) -> dict[str, str]:
                                   f"binary (the default): set '{column}Format' to avro or "
                                   "json.")
             continue
+        if _get(options, column, "MessageName") is not None and fmt != "protobuf":
+            raise OptionError(f"Option '{column}MessageName' is for '{column}Format' protobuf.")
         if _get(options, column, "Schema") is None and registry is None:
             raise OptionError(f"'{column}Format' {fmt} needs the reader schema: set "
                               "'schema.registry.url' (the schema then comes from the registry) "
                               f"or '{column}Schema' (the {NAMES[fmt]} schema, JSON).")
-        if registry is None and given != ["Schema"]:
-            raise OptionError(f"Option '{column}{[g for g in given if g != 'Schema'][0]}' needs "
-                              "'schema.registry.url'.")
+        if registry is None and set(given) - {"Schema", "MessageName"}:
+            raise OptionError(f"Option '{column}"
+                              f"{[g for g in given if g not in ('Schema', 'MessageName')][0]}' "
+                              "needs 'schema.registry.url'.")
         if _get(options, column, "SchemaId") is not None and \
                 _get(options, column, "SchemaVersion") is not None:
             raise OptionError(f"Options '{column}SchemaId' and '{column}SchemaVersion' pin the "
@@ -172,6 +175,8 @@ def resolve_formats(options: Mapping[str, str], topics: Sequence[str] | None) ->
         ids: tuple[int, ...] = ()
         if inline:
             text, source = inline, f"'{column}Schema'"
+            if fmt == "protobuf":
+                text = _inline_protobuf(inline, _get(options, column, "MessageName"), column)
         else:
             text, source, ids = _from_registry(options, column, topics, registry, fmt)
         try:
@@ -189,6 +194,10 @@ def column_types(fmt: str, text: str):
         from .jsonschema import json_types
 
         return json_types(text)
+    if fmt == "protobuf":
+        from .protobuf import protobuf_types
+
+        return protobuf_types(text)
     from .avro import arrow_type, parse_schema, spark_type
 
     node = parse_schema(text)
@@ -210,7 +219,10 @@ def _from_registry(options: Mapping[str, str], column: str, topics: Sequence[str
                                   f"{schema_id!r}.") from None
             found = client.schema_by_id(sid)
             _check_type(found.schema_type, column, fmt, f"schema id {sid}")
-            return found.schema, f"schema id {sid}", (sid,)
+            text = found.schema
+            if fmt == "protobuf":
+                text = _registry_protobuf(client, sid, _get(options, column, "MessageName"))
+            return text, f"schema id {sid}", (sid,)
         if version is not None and version != "latest":
             try:
                 int(version)
@@ -222,7 +234,10 @@ def _from_registry(options: Mapping[str, str], column: str, topics: Sequence[str
         for subject in subjects:
             found = client.version(subject, version or "latest")
             _check_type(found.schema_type, column, fmt, f"subject {subject!r}")
-            texts[subject] = (found.schema, found.id, found.version)
+            text = found.schema
+            if fmt == "protobuf":
+                text = _registry_protobuf(client, found.id, _get(options, column, "MessageName"))
+            texts[subject] = (text, found.id, found.version)
     except RegistryError as e:
         raise OptionError(f"'{column}Format' {fmt}: the reader schema could not be read from the "
                           f"Schema Registry: {e}") from None
@@ -240,6 +255,59 @@ def _from_registry(options: Mapping[str, str], column: str, topics: Sequence[str
                 "with one schema.")
     ids = tuple(sorted({i for other, i, _ in texts.values() if other == text}))
     return text, f"subject {first_subject!r} version {ver} (id {sid})", ids
+
+
+def _registry_protobuf(client, schema_id: int, message: str | None) -> str:
+    """A Protobuf reader schema from the registry: the schema's file and the files it imports
+    (its references, fetched the same way), serialized, and the message to read."""
+    from .protobuf import schema_text
+
+    import base64
+
+    from google.protobuf import descriptor_pb2
+
+    files: list[str] = []
+    seen: set[int] = set()
+
+    def add(sid: int, name: str) -> None:
+        if sid in seen:
+            return
+        seen.add(sid)
+        encoded, references = client.serialized(sid)
+        for ref in references:
+            add(client.version(ref["subject"], ref.get("version", "latest")).id, ref["name"])
+        # The registry's serialized file may have no name; an importing file names it.
+        proto = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(encoded))
+        if not proto.name:
+            proto.name = name
+            encoded = base64.b64encode(proto.SerializeToString()).decode()
+        files.append(encoded)
+
+    add(schema_id, f"schema-{schema_id}.proto")
+    return schema_text(files, message or "")
+
+
+def _inline_protobuf(inline: str, message: str | None, column: str) -> str:
+    """``valueSchema`` for Protobuf: a FileDescriptorSet (``protoc --include_imports
+    --descriptor_set_out``), base64, as Spark's ``from_protobuf`` takes a descriptor file."""
+    import base64
+    import binascii
+
+    from google.protobuf import descriptor_pb2
+
+    from .protobuf import schema_text
+
+    try:
+        fds = descriptor_pb2.FileDescriptorSet.FromString(base64.b64decode(inline,
+                                                                           validate=True))
+    except (binascii.Error, ValueError, Exception):  # noqa: BLE001 - protobuf's DecodeError
+        raise OptionError(f"Option '{column}Schema' for Protobuf must be a FileDescriptorSet, "
+                          "base64 (protoc --include_imports --descriptor_set_out=FILE, then "
+                          "base64 FILE).") from None
+    if not fds.file:
+        raise OptionError(f"Option '{column}Schema': the FileDescriptorSet has no file.")
+    return schema_text([base64.b64encode(f.SerializeToString()).decode() for f in fds.file],
+                       message or "")
 
 
 def _check_type(schema_type: str, column: str, fmt: str, where: str) -> None:

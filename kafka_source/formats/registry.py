@@ -140,7 +140,8 @@ class RegistryClient:
             self._ssl = ctx
         return self._ssl
 
-    def _request(self, method: str, path: str, body: dict | None = None) -> object:
+    def _request(self, method: str, path: str, body: dict | None = None, *,
+                 retry_server_errors: bool = True) -> object:
         s = self.settings
         headers = {"Accept": "application/vnd.schemaregistry.v1+json, application/json"}
         data = None
@@ -169,7 +170,7 @@ class RegistryClient:
                         answer = {}
                     message = answer.get("message") if isinstance(answer, dict) else None
                     code = answer.get("error_code") if isinstance(answer, dict) else None
-                    if status < 500:
+                    if status < 500 or not retry_server_errors:
                         raise RegistryError(f"Schema Registry {url}: {method} {path} answered "
                                             f"HTTP {status}" + (f" (error {code}: {message})"
                                                                 if message else ""),
@@ -202,6 +203,22 @@ class RegistryClient:
         with self._lock:
             self._by_id[schema_id] = found
         return found
+
+    def serialized(self, schema_id: int) -> tuple[str, list]:
+        """A Protobuf schema as its serialized FileDescriptorProto (base64), and its
+        references: ``GET /schemas/ids/{id}?format=serialized``."""
+        try:
+            answer = self._request("GET", f"/schemas/ids/{int(schema_id)}?format=serialized",
+                                   retry_server_errors=False)
+        except RegistryError as e:
+            if e.status is not None and e.status >= 500:
+                raise RegistryError(
+                    f"{e}. The registry could not give schema id {schema_id} as a serialized "
+                    "FileDescriptorProto (Karapace 5.0.3 cannot for a schema that imports another "
+                    "subject's file; Confluent's registry can). Read it with 'valueSchema' (a "
+                    "FileDescriptorSet) instead.", status=e.status, code=e.code) from None
+            raise
+        return answer["schema"], list(answer.get("references") or ())
 
     def version(self, subject: str, version: int | str = "latest") -> RegisteredSchema:
         quoted = urllib.parse.quote(subject, safe="")

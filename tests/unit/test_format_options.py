@@ -81,7 +81,9 @@ def stub():
 
 @pytest.mark.parametrize("opts,match", [
     ({"valueformat": "xml"}, "must be one of binary, avro"),
-    ({"valueformat": "protobuf"}, "not supported yet"),
+    ({"valueformat": "protobuf"}, "needs the reader schema"),
+    ({"valueformat": "avro", "valuemessagename": "x.Y", "valueschema": "{}"},
+     "'valueMessageName' is for 'valueFormat' protobuf"),
     ({"valueschema": "{}"}, "'valueSchema' is set but 'valueFormat' is binary"),
     ({"valueformat": "avro"}, "needs the reader schema"),
     ({"valueformat": "avro", "schema.registry.url": "registry:8081"}, "not an http"),
