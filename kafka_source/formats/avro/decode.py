@@ -66,9 +66,14 @@ class Cursor:
 
     def read_long(self, rows: np.ndarray, what: str = "long") -> np.ndarray:
         """Zigzag varints at the rows' positions, as int64."""
+        value = self.read_varint(rows, what)
+        return (value >> np.uint64(1)).astype(np.int64) ^ -(value & np.uint64(1)).astype(np.int64)
+
+    def read_varint(self, rows: np.ndarray, what: str = "long") -> np.ndarray:
+        """Varints at the rows' positions, as uint64 (Protobuf's, and Avro's before zig-zag)."""
         n = rows.size
         if n == 0:
-            return np.zeros(0, dtype=np.int64)
+            return np.zeros(0, dtype=np.uint64)
         limit = self.data.size - 1
         p = self.pos[rows]
         value = np.zeros(n, dtype=np.uint64)
@@ -88,7 +93,7 @@ class Cursor:
             self.fail(rows[over], f"the record ends inside a {what}")
         # A bad row stays at its end, whatever its reads would have taken.
         self.pos[rows] = np.where(self.bad[rows], self.end[rows], at)
-        return (value >> np.uint64(1)).astype(np.int64) ^ -(value & np.uint64(1)).astype(np.int64)
+        return value
 
     def read_fixed_width(self, rows: np.ndarray, width: int, what: str) -> np.ndarray:
         """``width`` bytes per row, as an (n, width) uint8 array."""

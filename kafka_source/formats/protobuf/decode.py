@@ -34,27 +34,7 @@ _WIDTH = {FIXED64: 8, FIXED32: 4}
 
 def read_varints(cur: Cursor, rows: np.ndarray, what: str) -> np.ndarray:
     """Protobuf varints (no zig-zag) at the rows' positions, as uint64."""
-    n = rows.size
-    if n == 0:
-        return np.zeros(0, dtype=np.uint64)
-    limit = cur.data.size - 1
-    value = np.zeros(n, dtype=np.uint64)
-    at = cur.pos[rows].copy()
-    active = np.arange(n)
-    for k in range(10):
-        b = cur.data[np.minimum(at[active], limit)].astype(np.uint64)
-        value[active] |= (b & np.uint64(0x7F)) << np.uint64(7 * k)
-        at[active] += 1
-        active = active[b >= 0x80]
-        if not active.size:
-            break
-    if active.size:
-        cur.fail(rows[active], f"a {what} varint longer than 10 bytes")
-    over = at > cur.end[rows]
-    if over.any():
-        cur.fail(rows[over], f"the message ends inside a {what}")
-    cur.pos[rows] = np.where(cur.bad[rows], cur.end[rows], at)
-    return value
+    return cur.read_varint(rows, what)
 
 
 def _lengths(cur: Cursor, rows: np.ndarray, what: str) -> tuple[np.ndarray, np.ndarray]:
