@@ -25,7 +25,6 @@ so one bad record never stops or corrupts the others: the caller fails or nulls 
 
 from __future__ import annotations
 
-import decimal
 from typing import Callable
 
 import numpy as np
