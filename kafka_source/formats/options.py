@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from ..errors import OptionError
-from .registry import RegistryError, RegistrySettings, RegistryUnavailableError, client_for
+from .registry import (RegistryError, RegistrySettings, RegistryUnavailableError, client_for,
+                       registry_settings)
 
 FORMATS = ("binary", "avro", "json", "protobuf")
 NOT_YET: dict[str, str] = {}
@@ -125,12 +126,7 @@ def check_format_options(options: Mapping[str, str]) -> dict[str, str]:
     column's format. Called by every parse of source options, so that a bad value fails when
     the query is defined, like any other option."""
     parse_mode(options)
-    registry = RegistrySettings.from_options(options)
-    for key in ("schema.registry.basic.auth.user.info", "schema.registry.ssl.ca.location",
-                "schema.registry.ssl.certificate.location", "schema.registry.ssl.key.location",
-                "schema.registry.request.timeout.ms", "schema.registry.retry.ms"):
-        if options.get(key) is not None and registry is None:
-            raise OptionError(f"Option '{key}' is set but 'schema.registry.url' is not.")
+    registry = registry_settings(options)
     formats = {}
     for column in ("key", "value"):
         fmt = formats[column] = parse_format(options, column)

@@ -120,6 +120,20 @@ class RegistrySettings:
                    retry_ms=millis("schema.registry.retry.ms", DEFAULT_RETRY_MS))
 
 
+def registry_settings(opts: Mapping[str, str], also: tuple[str, ...] = ()
+                      ) -> "RegistrySettings | None":
+    """:meth:`RegistrySettings.from_options`, after checking that no registry setting (nor any
+    of ``also``) is given without ``schema.registry.url``."""
+    from ..errors import OptionError
+
+    registry = RegistrySettings.from_options(opts)
+    if registry is None:
+        for key in SETTINGS[1:] + also:
+            if opts.get(key) is not None:
+                raise OptionError(f"Option '{key}' is set but 'schema.registry.url' is not.")
+    return registry
+
+
 class RegistryClient:
     """One registry (its URLs); schemas by id cached for the process."""
 

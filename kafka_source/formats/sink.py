@@ -39,7 +39,8 @@ import pyarrow.compute as pc
 
 from ..errors import ColumnError, OptionError
 from .options import NAMES, STRATEGIES, _get
-from .registry import RegistryError, RegistrySettings, RegistryUnavailableError, client_for
+from .registry import (RegistryError, RegistrySettings, RegistryUnavailableError, client_for,
+                       registry_settings)
 
 WRITE_FORMATS = ("binary", "avro")
 DEFAULT_RECORD_NAME = "topLevelRecord"
@@ -104,15 +105,9 @@ def _bool(opts: Mapping[str, str], key: str, default: bool) -> bool:
 
 def parse_sink_formats(opts: Mapping[str, str]) -> SinkFormats:
     """The format options of a write (lower-cased keys), checked without asking the registry."""
-    registry = RegistrySettings.from_options(opts)
+    registry = registry_settings(opts, also=("auto.register.schemas", "use.latest.version"))
     auto_register = _bool(opts, "auto.register.schemas", True)
     use_latest = _bool(opts, "use.latest.version", False)
-    for key in ("schema.registry.basic.auth.user.info", "schema.registry.ssl.ca.location",
-                "schema.registry.ssl.certificate.location", "schema.registry.ssl.key.location",
-                "schema.registry.request.timeout.ms", "schema.registry.retry.ms",
-                "auto.register.schemas", "use.latest.version"):
-        if opts.get(key) is not None and registry is None:
-            raise OptionError(f"Option '{key}' is set but 'schema.registry.url' is not.")
     found = {}
     for column in ("key", "value"):
         raw = _get(opts, column, "Format")
@@ -122,7 +117,7 @@ def parse_sink_formats(opts: Mapping[str, str]) -> SinkFormats:
                                                     "RecordName")}
         given = {s: v for s, v in given.items() if v is not None}
         if fmt not in WRITE_FORMATS:
-            if fmt in NAMES or fmt == "protobuf":
+            if fmt in NAMES:
                 raise OptionError(f"Option '{column}Format': writing {fmt} is not supported "
                                   f"yet; a write takes {', '.join(WRITE_FORMATS)} (reads also "
                                   "take json).")
