@@ -13,7 +13,8 @@ column (numpy over the batch's bytes), never one Python object per record.
   resolution and the columnar decoder.
 * :mod:`.protobuf` -- Protobuf descriptors from the registry, their Spark and Arrow types, and
   the columnar decoder (every message of a batch read in rounds of tags).
-* :mod:`.jsonschema` -- JSON Schemas' types; a batch's documents parsed by Arrow's JSON reader.
+* :mod:`.jsonschema` -- JSON Schemas' types; a batch's documents parsed by Arrow's JSON reader,
+  and columns written as JSON documents.
 * :mod:`.options` -- ``valueFormat``/``keyFormat`` and their settings, parsed on the driver and
   pickled into the input partitions.
 * :mod:`.columns` -- what an executor runs on every batch: decode the formatted columns.
