@@ -302,8 +302,9 @@ OPTIONS: tuple[Option, ...] = (
            "`binary` (the bytes, as Spark's source), `avro`, `json` (JSON Schema) or "
            "`protobuf`: the value becomes a struct of the reader schema's fields (for Avro "
            "spark-avro's types, each record resolved from the schema that wrote it). On a "
-           "write, `avro`: the `value` column, of any type, is written as Avro in the wire "
-           "format.", _PK, _FMT, example="avro",
+           "write, `avro` or `json`: the `value` column, of any type, is written as Avro, or "
+           "as JSON documents checked against the JSON Schema, in the wire format.", _PK, _FMT,
+           example="avro",
            requires={"valueSchema": '{"type": "string"}'}),
     Option("keyFormat", RSW, "`binary`", "The same for the key.", _PK, _FMT, example="avro",
            requires={"keySchema": '{"type": "string"}'}),
@@ -372,7 +373,8 @@ OPTIONS: tuple[Option, ...] = (
                      "keyRecordName": "com.example.Key"}),
     Option("valueRecordName", RSW, "(unset)",
            "The record's full name, for the record name strategies; on a write, the name of "
-           "the record derived from the column's type (default `topLevelRecord`).", _PK, _FMT,
+           "the record derived from the column's type (Avro: default `topLevelRecord`; JSON "
+           "Schema: its `title`).", _PK, _FMT,
            example="com.example.Order",
            requires={"valueFormat": "avro", "schema.registry.url": "http://r:8081",
                      "valueSubjectNameStrategy": "RecordNameStrategy"}),

@@ -1,16 +1,18 @@
 """Writing formatted columns: ``valueFormat``/``keyFormat`` on ``df.write`` and ``writeStream``.
 
 The sink's side of the layer. A ``value`` (``key``) column of any Spark type is written as Avro
-in Confluent's wire format, as confluent-kafka's ``AvroSerializer`` writes it -- a zero byte,
-the schema's registry id, the body -- so that Confluent's deserializers, Kafka's tools and
-pykafka's reader all read it back. The writer schema is, in this order:
+(``avro``) or JSON Schema (``json``) documents in Confluent's wire format, as confluent-kafka's
+``AvroSerializer`` and ``JSONSerializer`` write them -- a zero byte, the schema's registry id,
+the body -- so that Confluent's deserializers, Kafka's tools and pykafka's reader all read it
+back. The writer schema is, in this order:
 
 * ``valueSchemaId``: the registered schema of that id;
 * ``valueSchemaVersion``, or ``use.latest.version``: that (the latest) version of the subject,
   whose fields the column's are matched to by name;
 * ``valueSchema``: the schema given inline;
-* else derived from the column's Spark type (:func:`.avro.schema.avro_schema_of`), the
-  top-level record named by ``valueRecordName`` (``topLevelRecord`` as in spark-avro).
+* else derived from the column's Spark type: for Avro by :func:`.avro.schema.avro_schema_of`,
+  the top-level record named by ``valueRecordName`` (``topLevelRecord`` as in spark-avro); for
+  JSON Schema by :func:`.jsonschema.schema.json_schema_of`, titled ``valueRecordName``.
 
 Given or derived, a schema is registered under its subject when ``auto.register.schemas`` is
 true (the default, as Confluent's serializer), else looked up there. The subject follows the
@@ -23,8 +25,8 @@ On the driver (:func:`plan`): the options are checked, the schema derived, and -
 incompatible schema fails the query before any task runs. On the executors
 (:class:`BatchEncoder`): each topic's id is settled once per process (a ``topic`` column may
 name topics the driver never saw), and each batch's column is encoded at once
-(:mod:`.avro.encode`). Without a registry, bodies are written bare (as spark-avro's
-``to_avro``), readable with ``valueSchema``.
+(:mod:`.avro.encode`, :mod:`.jsonschema.encode`). Without a registry, bodies are written bare
+(as spark-avro's ``to_avro``, or plain JSON), readable with ``valueSchema``.
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ from .options import NAMES, STRATEGIES, _get
 from .registry import (RegistryError, RegistrySettings, RegistryUnavailableError, client_for,
                        registry_settings)
 
-WRITE_FORMATS = ("binary", "avro")
+WRITE_FORMATS = ("binary", "avro", "json")
+LABELS = {"avro": "Avro", "json": "JSON Schema", "protobuf": "Protobuf"}
+REGISTRY_TYPES = {"avro": "AVRO", "json": "JSON", "protobuf": "PROTOBUF"}
 DEFAULT_RECORD_NAME = "topLevelRecord"
 
 
@@ -51,7 +55,7 @@ class ColumnEncoding:
     """How the sink writes one column (``key`` or ``value``). Plain, picklable data."""
 
     column: str
-    format: str                               # "avro"
+    format: str                               # "avro", "json"
     registry: RegistrySettings | None
     inline_schema: str | None = None
     record_name: str | None = None            # valueRecordName: the derived record's full name
@@ -120,14 +124,15 @@ def parse_sink_formats(opts: Mapping[str, str]) -> SinkFormats:
             if fmt in NAMES:
                 raise OptionError(f"Option '{column}Format': writing {fmt} is not supported "
                                   f"yet; a write takes {', '.join(WRITE_FORMATS)} (reads also "
-                                  "take json).")
+                                  f"take {', '.join(n for n in NAMES if n not in WRITE_FORMATS)}"
+                                  ").")
             raise OptionError(f"Option '{column}Format' must be one of "
                               f"{', '.join(WRITE_FORMATS)}, got {raw!r}.")
         if fmt == "binary":
             if given:
                 raise OptionError(f"Option '{column}{next(iter(given))}' is set but "
                                   f"'{column}Format' is binary (the default): set "
-                                  f"'{column}Format' to avro.")
+                                  f"'{column}Format' to {', '.join(WRITE_FORMATS[1:])}.")
             continue
         needs_registry = [s for s in ("SchemaId", "SchemaVersion", "Subject",
                                       "SubjectNameStrategy") if s in given]
@@ -164,15 +169,13 @@ def parse_sink_formats(opts: Mapping[str, str]) -> SinkFormats:
                               f"{', '.join(STRATEGIES.values())}, got {strategy_raw!r}.")
         record_name = given.get("RecordName")
         if record_name is not None and not all(p.isidentifier() for p in record_name.split(".")):
-            raise OptionError(f"Option '{column}RecordName' must be an Avro full name such as "
+            raise OptionError(f"Option '{column}RecordName' must be a full name such as "
                               f"'com.example.Order', got {record_name!r}.")
         if "Schema" in given:
-            from .avro import parse_schema
-
             try:
-                parse_schema(given["Schema"])
+                _parse(fmt, given["Schema"])
             except ValueError as e:
-                raise OptionError(f"Option '{column}Schema': {e}") from None
+                raise OptionError(f"Option '{column}Schema' ({LABELS[fmt]}): {e}") from None
         found[column] = ColumnEncoding(
             column=column, format=fmt, registry=registry, inline_schema=given.get("Schema"),
             record_name=record_name, subject=given.get("Subject"), strategy=strategy,
@@ -208,21 +211,56 @@ def spark_arrow_type(dt):
     if isinstance(dt, T.StructType):
         return pa.struct([pa.field(f.name, spark_arrow_type(f.dataType), f.nullable)
                           for f in dt.fields])
-    raise ColumnError(f"Spark type {dt.simpleString()} has no Avro type.")
+    raise ColumnError(f"Spark type {dt.simpleString()} can't be written in a format here.")
+
+
+def _parse(fmt: str, text: str):
+    """Checks a writer schema's text (raises ValueError saying what is wrong)."""
+    if fmt == "json":
+        from .jsonschema import parse_json_schema
+
+        return parse_json_schema(text)
+    from .avro import parse_schema
+
+    return parse_schema(text)
+
+
+def _derive(fmt: str, dt, record_name: str | None) -> str:
+    """The writer schema of a column of Spark type ``dt``."""
+    if fmt == "json":
+        from .jsonschema.schema import json_schema_of
+
+        return json.dumps(json_schema_of(dt, record_name))
+    from .avro.schema import avro_schema_of
+
+    name, _, space = (record_name or DEFAULT_RECORD_NAME).rpartition(".")[::-1]
+    return json.dumps(avro_schema_of(dt, name, space))
+
+
+def make_encoder(fmt: str, text: str, arrow_type, column: str):
+    """The encoder of ``fmt`` for columns of ``arrow_type`` with writer schema ``text``: its
+    ``encode(array)`` returns (the non-null rows' bodies, which rows are non-null); building it
+    checks the column against the schema (raises :class:`.avro.encode.EncodeError`, or the
+    format's schema error)."""
+    if fmt == "json":
+        from .jsonschema.encode import JsonEncoder
+
+        return JsonEncoder(text, arrow_type, column)
+    from .avro import parse_schema
+    from .avro.encode import AvroEncoder
+
+    return AvroEncoder(parse_schema(text), arrow_type, column)
 
 
 def plan(formats: SinkFormats, schema, topic_option: str | None) -> SinkFormats:
     """On the driver, with the DataFrame's Spark ``schema``: each formatted column's writer
     schema derived (or checked), and its id settled for the ``topic`` option's topic."""
-    from .avro import parse_schema
-    from .avro.encode import AvroEncoder, EncodeError
-    from .avro.schema import AvroSchemaError, avro_schema_of
-
     fields = {}
     for f in schema.fields:
         fields.setdefault(f.name, f)
     planned = {}
     for enc in formats.columns():
+        label = LABELS[enc.format]
         field = fields.get(enc.column)
         if field is None:
             if enc.column == "key":
@@ -232,11 +270,10 @@ def plan(formats: SinkFormats, schema, topic_option: str | None) -> SinkFormats:
         writer = enc.inline_schema
         if writer is None and enc.schema_id is None and enc.version is None \
                 and not enc.use_latest:
-            name, _, space = (enc.record_name or DEFAULT_RECORD_NAME).rpartition(".")[::-1]
             try:
-                writer = json.dumps(avro_schema_of(field.dataType, name, space))
-            except AvroSchemaError as e:
-                raise ColumnError(f"Column '{enc.column}' can't be written as Avro: {e}.") \
+                writer = _derive(enc.format, field.dataType, enc.record_name)
+            except ValueError as e:       # AvroSchemaError, JsonSchemaError
+                raise ColumnError(f"Column '{enc.column}' can't be written as {label}: {e}.") \
                     from None
         enc = replace(enc, writer_schema=writer)
         arrow = spark_arrow_type(field.dataType)
@@ -247,21 +284,27 @@ def plan(formats: SinkFormats, schema, topic_option: str | None) -> SinkFormats:
             writer = text
         if writer is not None:
             try:
-                AvroEncoder(parse_schema(writer), arrow, enc.column)
-            except (EncodeError, AvroSchemaError) as e:
+                make_encoder(enc.format, writer, arrow, enc.column)
+            except ValueError as e:       # EncodeError, the format's schema errors
                 raise ColumnError(f"Column '{enc.column}' ({field.dataType.simpleString()}) "
-                                  f"can't be written with the Avro schema "
+                                  f"can't be written with the {label} schema "
                                   f"({enc.describe_source()}): {e}.") from None
         planned[enc.column] = replace(enc, settled=known)
     return SinkFormats(value=planned.get("value"), key=planned.get("key"))
 
 
-def record_full_name(schema_text: str) -> str | None:
+def record_full_name(schema_text: str, fmt: str = "avro") -> str | None:
+    """The record name that RecordNameStrategy takes: an Avro record's full name; a JSON
+    Schema's ``title``, as Confluent's JSON serializer takes it."""
     try:
         raw = json.loads(schema_text)
     except ValueError:
         return None
-    if isinstance(raw, dict) and isinstance(raw.get("name"), str):
+    if not isinstance(raw, dict):
+        return None
+    if fmt == "json":
+        return raw.get("title") if isinstance(raw.get("title"), str) else None
+    if isinstance(raw.get("name"), str):
         name, space = raw["name"], raw.get("namespace")
         return name if "." in name or not space else f"{space}.{name}"
     return None
@@ -272,11 +315,13 @@ def subject_of(enc: ColumnEncoding, topic: str, schema_text: str | None) -> str:
         return enc.subject
     if enc.strategy == "TopicNameStrategy":
         return f"{topic}-{enc.column}"
-    record = (record_full_name(schema_text) if schema_text else None) or enc.record_name
+    record = (record_full_name(schema_text, enc.format) if schema_text else None) \
+        or enc.record_name
     if not record:
         raise OptionError(f"'{enc.column}SubjectNameStrategy' {enc.strategy} names the subject "
-                          "by the record's full name, and the writer schema is no named "
-                          f"record: set '{enc.column}RecordName' or '{enc.column}Subject'.")
+                          "by the record's full name, and the writer schema names no record "
+                          f"(an Avro record's name, a JSON Schema's title): set "
+                          f"'{enc.column}RecordName' or '{enc.column}Subject'.")
     return record if enc.strategy == "RecordNameStrategy" else f"{topic}-{record}"
 
 
@@ -287,32 +332,33 @@ def settle(enc: ColumnEncoding, topic: str) -> tuple[int, str]:
     try:
         if enc.schema_id is not None:
             found = client.schema_by_id(enc.schema_id)
-            _check_avro(found.schema_type, enc, f"schema id {enc.schema_id}")
+            _check_type(found.schema_type, enc, f"schema id {enc.schema_id}")
             return enc.schema_id, found.schema
         if enc.version is not None or enc.use_latest:
             subject = subject_of(enc, topic, None)
             found = client.version(subject, enc.version if enc.version is not None
                                    else "latest")
-            _check_avro(found.schema_type, enc, f"subject {subject!r}")
+            _check_type(found.schema_type, enc, f"subject {subject!r}")
             return found.id, found.schema
         subject = subject_of(enc, topic, enc.writer_schema)
+        kind = REGISTRY_TYPES[enc.format]
         if enc.auto_register:
-            return client.register(subject, enc.writer_schema), enc.writer_schema
-        return client.lookup(subject, enc.writer_schema), enc.writer_schema
+            return client.register(subject, enc.writer_schema, kind), enc.writer_schema
+        return client.lookup(subject, enc.writer_schema, kind), enc.writer_schema
     except RegistryError as e:
         raise OptionError(_refusal(enc, topic, subject, e)) from None
     except RegistryUnavailableError as e:
-        raise OptionError(f"'{enc.column}Format' avro, writing to topic '{topic}': {e}") \
-            from None
+        raise OptionError(f"'{enc.column}Format' {enc.format}, writing to topic '{topic}': "
+                          f"{e}") from None
 
 
-def _check_avro(schema_type: str, enc: ColumnEncoding, where: str) -> None:
-    if (schema_type or "AVRO").upper() != "AVRO":
-        raise RegistryError(f"{where} is a {schema_type} schema, not Avro")
+def _check_type(schema_type: str, enc: ColumnEncoding, where: str) -> None:
+    if (schema_type or "AVRO").upper() != REGISTRY_TYPES[enc.format]:
+        raise RegistryError(f"{where} is a {schema_type} schema, not {LABELS[enc.format]}")
 
 
 def _refusal(enc: ColumnEncoding, topic: str, subject: str | None, e: RegistryError) -> str:
-    where = f"'{enc.column}Format' avro, writing to topic '{topic}'"
+    where = f"'{enc.column}Format' {enc.format}, writing to topic '{topic}'"
     if subject:
         where += f" (subject '{subject}')"
     if e.status == 409:
@@ -369,14 +415,11 @@ class BatchEncoder:
                 return sid, text
         return settled(enc, topic)
 
-    def _encoder(self, text: str, arrow_type, column: str):
-        from .avro import parse_schema
-        from .avro.encode import AvroEncoder
-
-        key = (text, arrow_type)
+    def _encoder(self, fmt: str, text: str, arrow_type, column: str):
+        key = (fmt, text, arrow_type)
         found = self._encoders.get(key)
         if found is None:
-            found = self._encoders[key] = AvroEncoder(parse_schema(text), arrow_type, column)
+            found = self._encoders[key] = make_encoder(fmt, text, arrow_type, column)
         return found
 
     def encode_batches(self, batches: Iterable) -> Iterator:
@@ -420,12 +463,13 @@ class BatchEncoder:
                 rows = np.sort(np.concatenate(row_sets))
                 part = array if len(rows) == batch.num_rows else array.take(pa.array(rows))
                 try:
-                    body, valid = self._encoder(text, array.type, enc.column).encode(part)
-                except EncodeError as e:
+                    body, valid = self._encoder(enc.format, text, array.type,
+                                                enc.column).encode(part)
+                except (EncodeError, ValueError) as e:
                     where = (f"topic '{self.topic_option}'" if self.topic_option
                              else "the batch's topics")
-                    raise ColumnError(f"Column '{enc.column}' can't be written as Avro to "
-                                      f"{where}: {e}.") from None
+                    raise ColumnError(f"Column '{enc.column}' can't be written as "
+                                      f"{LABELS[enc.format]} to {where}: {e}.") from None
                 pieces.append((rows, body, valid))
             out = _assemble(pieces, ids, batch.num_rows, framed=enc.registry is not None)
             columns[enc.column] = out

@@ -183,8 +183,11 @@ def test_sink_format_options_are_checked_when_the_write_is_defined():
     assert parse_sink_formats({}).any is False
     f = parse_sink_formats({"valueformat": "avro", **url, "auto.register.schemas": "false"})
     assert f.value.auto_register is False and f.key is None
-    cases = [({"valueformat": "json", **url}, "writing json is not supported yet"),
-             ({"valueformat": "xml"}, "must be one of binary, avro"),
+    assert parse_sink_formats({"valueformat": "json", **url}).value.format == "json"
+    cases = [({"valueformat": "protobuf", **url}, "writing protobuf is not supported yet"),
+             ({"valueformat": "xml"}, "must be one of binary, avro, json"),
+             ({"valueformat": "json", "valueschema": "[1]"}, "'valueSchema' .JSON Schema.*"
+              "a JSON Schema is a JSON object"),
              ({"valueschemaid": "3"}, "'valueFormat' is binary"),
              ({"valueformat": "avro", "valueschemaid": "3"}, "needs 'schema.registry.url'"),
              ({"valueformat": "avro", **url, "valueschemaid": "x"}, "must be a schema id"),
@@ -194,7 +197,7 @@ def test_sink_format_options_are_checked_when_the_write_is_defined():
              ({"valueformat": "avro", **url, "use.latest.version": "yes"}, "true or false"),
              ({"valueformat": "avro", "auto.register.schemas": "true"},
               "'schema.registry.url' is not"),
-             ({"valueformat": "avro", "valuerecordname": "not a name"}, "Avro full name")]
+             ({"valueformat": "avro", "valuerecordname": "not a name"}, "a full name")]
     for opts, match in cases:
         with pytest.raises(OptionError, match=match):
             parse_sink_formats(opts)

@@ -119,3 +119,66 @@ def json_types(text: str) -> tuple[pa.DataType, object]:
     return _types(schema, schema, "the schema", ())
 
 
+
+
+# --- the writer side: a Spark type's JSON Schema -------------------------------------------------
+
+DRAFT = "http://json-schema.org/draft-07/schema#"
+
+
+def json_schema_of(dt, title: str | None = None) -> dict:
+    """The JSON Schema (draft-07) of the documents the sink writes for a column of Spark type
+    ``dt``; ``title`` names the top-level object (the record name that ``RecordNameStrategy``
+    takes, as Confluent's serializer reads it from ``title``).
+
+    Objects are closed (``additionalProperties: false``) and list their non-nullable fields as
+    ``required``; a nullable field is ``oneOf`` null and its type. A closed object is what makes
+    schema evolution work under the registry's compatibility checks: a new optional property is a
+    compatible change of a closed object, and an incompatible one of an open object (whose old
+    documents could hold that property with any type)."""
+    schema = _json_of(dt)
+    schema = {"$schema": DRAFT, **({"title": title} if title else {}), **schema}
+    return schema
+
+
+def _nullable(schema: dict, nullable: bool) -> dict:
+    return {"oneOf": [{"type": "null"}, schema]} if nullable else schema
+
+
+def _json_of(dt) -> dict:
+    from pyspark.sql import types as T
+
+    if isinstance(dt, T.StructType):
+        return {"type": "object",
+                "properties": {f.name: _nullable(_json_of(f.dataType), f.nullable)
+                               for f in dt.fields},
+                "required": [f.name for f in dt.fields if not f.nullable],
+                "additionalProperties": False}
+    if isinstance(dt, T.ArrayType):
+        return {"type": "array", "items": _nullable(_json_of(dt.elementType), dt.containsNull)}
+    if isinstance(dt, T.MapType):
+        if not isinstance(dt.keyType, (T.StringType, T.ByteType, T.ShortType, T.IntegerType,
+                                       T.LongType)):
+            raise JsonSchemaError(f"a map with {dt.keyType.simpleString()} keys has no JSON "
+                                  "object type (keys are strings)")
+        return {"type": "object",
+                "additionalProperties": _nullable(_json_of(dt.valueType), dt.valueContainsNull)}
+    if isinstance(dt, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
+        return {"type": "integer"}
+    if isinstance(dt, (T.FloatType, T.DoubleType, T.DecimalType)):
+        return {"type": "number"}
+    if isinstance(dt, T.BooleanType):
+        return {"type": "boolean"}
+    if isinstance(dt, T.BinaryType):
+        return {"type": "string", "contentEncoding": "base64"}
+    if isinstance(dt, T.DateType):
+        return {"type": "string", "format": "date"}
+    if isinstance(dt, T.TimestampNTZType):
+        return {"type": "string"}
+    if isinstance(dt, T.TimestampType):
+        return {"type": "string", "format": "date-time"}
+    if isinstance(dt, (T.StringType, T.VarcharType, T.CharType)):
+        return {"type": "string"}
+    if isinstance(dt, T.NullType):
+        return {"type": "null"}
+    raise JsonSchemaError(f"Spark type {dt.simpleString()} has no JSON Schema type")
