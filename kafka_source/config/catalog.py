@@ -104,6 +104,9 @@ _JC, _JP, _J, _SP, _PK = ("Java consumer", "Java producer", "Java client", "Spar
                           "pykafka's own")
 _TLS_MODULE = "kafka_source.wire.net.tls"
 _FMT = "Formats and the Schema Registry"
+# A FileDescriptorSet (base64) of shop.proto: messages shop.Order and shop.Key, each a string id.
+_SHOP_PROTO = ("CkIKCnNob3AucHJvdG8SBHNob3AiEwoFT3JkZXISCgoCaWQYASABKAkiEQoDS2V5EgoKAmlkGAEgASgJYg"
+               "Zwcm90bzM=")
 
 # Sections, in the order the reference shows them.
 SECTIONS = (
@@ -122,8 +125,8 @@ SECTIONS = (
                          "credentials, KIP-768; unsecured tokens)."),
     ("Fetching", "The executors' fetch loop."),
     ("Formats and the Schema Registry", "Keys and values decoded into columns (Avro, JSON "
-     "Schema, Protobuf) and columns written as Avro, in Confluent's wire format, the schemas "
-     "from a Schema Registry (Confluent's REST API). Each `value...` option has a `key...` "
+     "Schema, Protobuf) and columns written in the same formats, in Confluent's wire format, "
+     "the schemas from a Schema Registry (Confluent's REST API). Each `value...` option has a `key...` "
      "twin for the key."),
     ("Writing", "The sink (`df.write`, `df.writeStream`)."),
     ("Producer", "The sink's producer, with the Java producer's names, defaults and rules "
@@ -302,8 +305,9 @@ OPTIONS: tuple[Option, ...] = (
            "`binary` (the bytes, as Spark's source), `avro`, `json` (JSON Schema) or "
            "`protobuf`: the value becomes a struct of the reader schema's fields (for Avro "
            "spark-avro's types, each record resolved from the schema that wrote it). On a "
-           "write, `avro` or `json`: the `value` column, of any type, is written as Avro, or "
-           "as JSON documents checked against the JSON Schema, in the wire format.", _PK, _FMT,
+           "write, `avro`, `json` or `protobuf`: the `value` column is written as Avro, as "
+           "JSON documents checked against the JSON Schema, or as Protobuf messages, in the "
+           "wire format.", _PK, _FMT,
            example="avro",
            requires={"valueSchema": '{"type": "string"}'}),
     Option("keyFormat", RSW, "`binary`", "The same for the key.", _PK, _FMT, example="avro",
@@ -374,7 +378,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("valueRecordName", RSW, "(unset)",
            "The record's full name, for the record name strategies; on a write, the name of "
            "the record derived from the column's type (Avro: default `topLevelRecord`; JSON "
-           "Schema: its `title`).", _PK, _FMT,
+           "Schema: its `title`; Protobuf: the message and package, default "
+           "`TopLevelRecord`).", _PK, _FMT,
            example="com.example.Order",
            requires={"valueFormat": "avro", "schema.registry.url": "http://r:8081",
                      "valueSubjectNameStrategy": "RecordNameStrategy"}),
@@ -382,12 +387,13 @@ OPTIONS: tuple[Option, ...] = (
            example="com.example.Key",
            requires={"keyFormat": "avro", "schema.registry.url": "http://r:8081",
                      "keySubjectNameStrategy": "RecordNameStrategy"}),
-    Option("valueMessageName", RS, "(the file's first message)",
-           "For `valueFormat` protobuf: the message to read, by full name, when the schema's "
-           "file defines several.", _PK, _FMT, example="shop.Order",
-           requires={"valueFormat": "protobuf", "valueSchema": "CgA="}),
-    Option("keyMessageName", RS, "(the file's first message)", "The same for the key.", _PK,
-           _FMT, example="shop.Key", requires={"keyFormat": "protobuf", "keySchema": "CgA="}),
+    Option("valueMessageName", RSW, "(the file's first message)",
+           "For `valueFormat` protobuf: the message to read (write), by full name, when the "
+           "schema's file defines several.", _PK, _FMT, example="shop.Order",
+           requires={"valueFormat": "protobuf", "valueSchema": _SHOP_PROTO}),
+    Option("keyMessageName", RSW, "(the file's first message)", "The same for the key.", _PK,
+           _FMT, example="shop.Key",
+           requires={"keyFormat": "protobuf", "keySchema": _SHOP_PROTO}),
     Option("auto.register.schemas", W, "`true`",
            "A write registers its writer schema under the subject (an incompatible schema is "
            "an error quoting the registry); `false`: the schema must be registered already.",

@@ -11,13 +11,14 @@ column (numpy over the batch's bytes), never one Python object per record.
 * :mod:`.framing` -- Confluent's framing of a value: magic byte and schema id, for a whole column.
 * :mod:`.avro` -- Avro schemas, their Spark and Arrow types (as spark-avro maps them), schema
   resolution and the columnar decoder.
-* :mod:`.protobuf` -- Protobuf descriptors from the registry, their Spark and Arrow types, and
-  the columnar decoder (every message of a batch read in rounds of tags).
+* :mod:`.protobuf` -- Protobuf descriptors from the registry, their Spark and Arrow types, the
+  columnar decoder (every message of a batch read in rounds of tags), and the encoder.
 * :mod:`.jsonschema` -- JSON Schemas' types; a batch's documents parsed by Arrow's JSON reader,
   and columns written as JSON documents.
 * :mod:`.options` -- ``valueFormat``/``keyFormat`` and their settings, parsed on the driver and
   pickled into the input partitions.
 * :mod:`.columns` -- what an executor runs on every batch: decode the formatted columns.
 * :mod:`.sink` -- the write side: writer schemas derived, registered or looked up, and each
-  batch's formatted columns encoded (:mod:`.avro.encode`) and framed with their schema ids.
+  batch's formatted columns encoded (Avro, JSON Schema, Protobuf) and framed with their
+  schema ids.
 """

@@ -62,12 +62,12 @@ class Formats:
         return tuple(c for c in (self.key, self.value) if c is not None)
 
 
-def _get(opts: Mapping[str, str], column: str, suffix: str) -> str | None:
+def option_of(opts: Mapping[str, str], column: str, suffix: str) -> str | None:
     return opts.get(f"{column}{suffix}".lower())
 
 
 def parse_format(opts: Mapping[str, str], column: str) -> str:
-    raw = _get(opts, column, "Format")
+    raw = option_of(opts, column, "Format")
     if raw is None:
         return "binary"
     fmt = raw.strip().lower()
@@ -93,15 +93,15 @@ def parse_mode(opts: Mapping[str, str]) -> str:
 def subjects_for(opts: Mapping[str, str], column: str, topics: Sequence[str] | None
                  ) -> list[str]:
     """The registry subjects whose schemas the column is read with, one per topic (or one)."""
-    subject = _get(opts, column, "Subject")
+    subject = option_of(opts, column, "Subject")
     if subject:
         return [subject]
-    raw = _get(opts, column, "SubjectNameStrategy") or "TopicNameStrategy"
+    raw = option_of(opts, column, "SubjectNameStrategy") or "TopicNameStrategy"
     strategy = STRATEGIES.get(raw.rsplit(".", 1)[-1].lower())
     if strategy is None:
         raise OptionError(f"Option '{column}SubjectNameStrategy' must be one of "
                           f"{', '.join(STRATEGIES.values())}, got {raw!r}.")
-    record = _get(opts, column, "RecordName")
+    record = option_of(opts, column, "RecordName")
     if strategy != "TopicNameStrategy" and not record:
         raise OptionError(f"Option '{column}SubjectNameStrategy' {strategy} names subjects by "
                           f"the record's full name: set '{column}RecordName' (e.g. "
@@ -130,16 +130,16 @@ def check_format_options(options: Mapping[str, str]) -> dict[str, str]:
     formats = {}
     for column in ("key", "value"):
         fmt = formats[column] = parse_format(options, column)
-        given = [s for s in _COLUMN_SUFFIXES if _get(options, column, s) is not None]
+        given = [s for s in _COLUMN_SUFFIXES if option_of(options, column, s) is not None]
         if fmt == "binary":
             if given:
                 raise OptionError(f"Option '{column}{given[0]}' is set but '{column}Format' is "
                                   f"binary (the default): set '{column}Format' to avro or "
                                   "json.")
             continue
-        if _get(options, column, "MessageName") is not None and fmt != "protobuf":
+        if option_of(options, column, "MessageName") is not None and fmt != "protobuf":
             raise OptionError(f"Option '{column}MessageName' is for '{column}Format' protobuf.")
-        if _get(options, column, "Schema") is None and registry is None:
+        if option_of(options, column, "Schema") is None and registry is None:
             raise OptionError(f"'{column}Format' {fmt} needs the reader schema: set "
                               "'schema.registry.url' (the schema then comes from the registry) "
                               f"or '{column}Schema' (the {NAMES[fmt]} schema, JSON).")
@@ -147,11 +147,11 @@ def check_format_options(options: Mapping[str, str]) -> dict[str, str]:
             raise OptionError(f"Option '{column}"
                               f"{[g for g in given if g not in ('Schema', 'MessageName')][0]}' "
                               "needs 'schema.registry.url'.")
-        if _get(options, column, "SchemaId") is not None and \
-                _get(options, column, "SchemaVersion") is not None:
+        if option_of(options, column, "SchemaId") is not None and \
+                option_of(options, column, "SchemaVersion") is not None:
             raise OptionError(f"Options '{column}SchemaId' and '{column}SchemaVersion' pin the "
                               "reader schema twice: set one of them.")
-        if _get(options, column, "SubjectNameStrategy") is not None:
+        if option_of(options, column, "SubjectNameStrategy") is not None:
             subjects_for(options, column, ["t"])      # checks the strategy and record name
     return formats
 
@@ -167,12 +167,12 @@ def resolve_formats(options: Mapping[str, str], topics: Sequence[str] | None) ->
         fmt = formats[column]
         if fmt == "binary":
             continue
-        inline = _get(options, column, "Schema")
+        inline = option_of(options, column, "Schema")
         ids: tuple[int, ...] = ()
         if inline:
             text, source = inline, f"'{column}Schema'"
             if fmt == "protobuf":
-                text = _inline_protobuf(inline, _get(options, column, "MessageName"), column)
+                text = inline_protobuf(inline, option_of(options, column, "MessageName"), column)
         else:
             text, source, ids = _from_registry(options, column, topics, registry, fmt)
         try:
@@ -204,8 +204,8 @@ def _from_registry(options: Mapping[str, str], column: str, topics: Sequence[str
                    registry: RegistrySettings, fmt: str) -> tuple[str, str, tuple[int, ...]]:
     """(reader schema text, where it came from, the registry ids it has)."""
     client = client_for(registry)
-    schema_id = _get(options, column, "SchemaId")
-    version = _get(options, column, "SchemaVersion")
+    schema_id = option_of(options, column, "SchemaId")
+    version = option_of(options, column, "SchemaVersion")
     try:
         if schema_id is not None:
             try:
@@ -217,7 +217,7 @@ def _from_registry(options: Mapping[str, str], column: str, topics: Sequence[str
             _check_type(found.schema_type, column, fmt, f"schema id {sid}")
             text = found.schema
             if fmt == "protobuf":
-                text = _registry_protobuf(client, sid, _get(options, column, "MessageName"))
+                text = registry_protobuf(client, sid, option_of(options, column, "MessageName"))
             return text, f"schema id {sid}", (sid,)
         if version is not None and version != "latest":
             try:
@@ -232,7 +232,8 @@ def _from_registry(options: Mapping[str, str], column: str, topics: Sequence[str
             _check_type(found.schema_type, column, fmt, f"subject {subject!r}")
             text = found.schema
             if fmt == "protobuf":
-                text = _registry_protobuf(client, found.id, _get(options, column, "MessageName"))
+                text = registry_protobuf(client, found.id,
+                                         option_of(options, column, "MessageName"))
             texts[subject] = (text, found.id, found.version)
     except RegistryError as e:
         raise OptionError(f"'{column}Format' {fmt}: the reader schema could not be read from the "
@@ -253,7 +254,7 @@ def _from_registry(options: Mapping[str, str], column: str, topics: Sequence[str
     return text, f"subject {first_subject!r} version {ver} (id {sid})", ids
 
 
-def _registry_protobuf(client, schema_id: int, message: str | None) -> str:
+def registry_protobuf(client, schema_id: int, message: str | None) -> str:
     """A Protobuf reader schema from the registry: the schema's file and the files it imports
     (its references, fetched the same way), serialized, and the message to read."""
     from .protobuf import schema_text
@@ -283,7 +284,7 @@ def _registry_protobuf(client, schema_id: int, message: str | None) -> str:
     return schema_text(files, message or "")
 
 
-def _inline_protobuf(inline: str, message: str | None, column: str) -> str:
+def inline_protobuf(inline: str, message: str | None, column: str) -> str:
     """``valueSchema`` for Protobuf: a FileDescriptorSet (``protoc --include_imports
     --descriptor_set_out``), base64, as Spark's ``from_protobuf`` takes a descriptor file."""
     import base64

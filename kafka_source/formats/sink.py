@@ -1,10 +1,10 @@
 """Writing formatted columns: ``valueFormat``/``keyFormat`` on ``df.write`` and ``writeStream``.
 
-The sink's side of the layer. A ``value`` (``key``) column of any Spark type is written as Avro
-(``avro``) or JSON Schema (``json``) documents in Confluent's wire format, as confluent-kafka's
-``AvroSerializer`` and ``JSONSerializer`` write them -- a zero byte, the schema's registry id,
-the body -- so that Confluent's deserializers, Kafka's tools and pykafka's reader all read it
-back. The writer schema is, in this order:
+The sink's side of the layer. A ``value`` (``key``) column is written as Avro (``avro``), JSON
+Schema documents (``json``) or Protobuf messages (``protobuf``) in Confluent's wire format, as
+confluent-kafka's serializers write them -- a zero byte, the schema's registry id, for Protobuf
+the message's indexes, the body -- so that Confluent's deserializers, Kafka's tools and
+pykafka's reader all read it back. The writer schema is, in this order:
 
 * ``valueSchemaId``: the registered schema of that id;
 * ``valueSchemaVersion``, or ``use.latest.version``: that (the latest) version of the subject,
@@ -12,7 +12,12 @@ back. The writer schema is, in this order:
 * ``valueSchema``: the schema given inline;
 * else derived from the column's Spark type: for Avro by :func:`.avro.schema.avro_schema_of`,
   the top-level record named by ``valueRecordName`` (``topLevelRecord`` as in spark-avro); for
-  JSON Schema by :func:`.jsonschema.schema.json_schema_of`, titled ``valueRecordName``.
+  JSON Schema by :func:`.jsonschema.schema.json_schema_of`, titled ``valueRecordName``; for
+  Protobuf by :func:`.protobuf.derive.protobuf_schema_of`, the message named by it.
+
+A Protobuf schema is kept as its serialized files (as the reader keeps it), registered as the
+message's file in base64, as confluent-kafka's ``ProtobufSerializer`` registers it, and read
+from the registry serialized: no ``.proto`` text is parsed or printed here.
 
 Given or derived, a schema is registered under its subject when ``auto.register.schemas`` is
 true (the default, as Confluent's serializer), else looked up there. The subject follows the
@@ -25,8 +30,9 @@ On the driver (:func:`plan`): the options are checked, the schema derived, and -
 incompatible schema fails the query before any task runs. On the executors
 (:class:`BatchEncoder`): each topic's id is settled once per process (a ``topic`` column may
 name topics the driver never saw), and each batch's column is encoded at once
-(:mod:`.avro.encode`, :mod:`.jsonschema.encode`). Without a registry, bodies are written bare
-(as spark-avro's ``to_avro``, or plain JSON), readable with ``valueSchema``.
+(:mod:`.avro.encode`, :mod:`.jsonschema.encode`, :mod:`.protobuf.encode`). Without a registry,
+bodies are written bare (as spark-avro's ``to_avro``, plain JSON, a bare message), readable
+with ``valueSchema``.
 """
 
 from __future__ import annotations
@@ -40,11 +46,11 @@ import numpy as np
 import pyarrow.compute as pc
 
 from ..errors import ColumnError, OptionError
-from .options import NAMES, STRATEGIES, _get
+from .options import NAMES, STRATEGIES, inline_protobuf, option_of, registry_protobuf
 from .registry import (RegistryError, RegistrySettings, RegistryUnavailableError, client_for,
                        registry_settings)
 
-WRITE_FORMATS = ("binary", "avro", "json")
+WRITE_FORMATS = ("binary", "avro", "json", "protobuf")
 LABELS = {"avro": "Avro", "json": "JSON Schema", "protobuf": "Protobuf"}
 REGISTRY_TYPES = {"avro": "AVRO", "json": "JSON", "protobuf": "PROTOBUF"}
 DEFAULT_RECORD_NAME = "topLevelRecord"
@@ -55,10 +61,11 @@ class ColumnEncoding:
     """How the sink writes one column (``key`` or ``value``). Plain, picklable data."""
 
     column: str
-    format: str                               # "avro", "json"
+    format: str                               # "avro", "json", "protobuf"
     registry: RegistrySettings | None
     inline_schema: str | None = None
     record_name: str | None = None            # valueRecordName: the derived record's full name
+    message_name: str | None = None           # valueMessageName (Protobuf): which message
     subject: str | None = None                # valueSubject
     strategy: str = "TopicNameStrategy"
     schema_id: int | None = None              # valueSchemaId
@@ -114,11 +121,11 @@ def parse_sink_formats(opts: Mapping[str, str]) -> SinkFormats:
     use_latest = _bool(opts, "use.latest.version", False)
     found = {}
     for column in ("key", "value"):
-        raw = _get(opts, column, "Format")
+        raw = option_of(opts, column, "Format")
         fmt = "binary" if raw is None else raw.strip().lower()
-        given = {s: _get(opts, column, s) for s in ("Schema", "SchemaId", "SchemaVersion",
-                                                    "Subject", "SubjectNameStrategy",
-                                                    "RecordName")}
+        given = {s: option_of(opts, column, s) for s in ("Schema", "SchemaId", "SchemaVersion",
+                                                         "Subject", "SubjectNameStrategy",
+                                                         "RecordName", "MessageName")}
         given = {s: v for s, v in given.items() if v is not None}
         if fmt not in WRITE_FORMATS:
             if fmt in NAMES:
@@ -171,14 +178,21 @@ def parse_sink_formats(opts: Mapping[str, str]) -> SinkFormats:
         if record_name is not None and not all(p.isidentifier() for p in record_name.split(".")):
             raise OptionError(f"Option '{column}RecordName' must be a full name such as "
                               f"'com.example.Order', got {record_name!r}.")
-        if "Schema" in given:
+        if "MessageName" in given and fmt != "protobuf":
+            raise OptionError(f"Option '{column}MessageName' is for Protobuf, and "
+                              f"'{column}Format' is {fmt}.")
+        inline = given.get("Schema")
+        if inline is not None:
+            if fmt == "protobuf":
+                inline = inline_protobuf(inline, given.get("MessageName"), column)
             try:
-                _parse(fmt, given["Schema"])
+                _parse(fmt, inline)
             except ValueError as e:
                 raise OptionError(f"Option '{column}Schema' ({LABELS[fmt]}): {e}") from None
         found[column] = ColumnEncoding(
-            column=column, format=fmt, registry=registry, inline_schema=given.get("Schema"),
-            record_name=record_name, subject=given.get("Subject"), strategy=strategy,
+            column=column, format=fmt, registry=registry, inline_schema=inline,
+            record_name=record_name, message_name=given.get("MessageName"),
+            subject=given.get("Subject"), strategy=strategy,
             schema_id=schema_id, version=version, auto_register=auto_register,
             use_latest=use_latest_here and schema_id is None and version is None)
     return SinkFormats(value=found.get("value"), key=found.get("key"))
@@ -216,6 +230,10 @@ def spark_arrow_type(dt):
 
 def _parse(fmt: str, text: str):
     """Checks a writer schema's text (raises ValueError saying what is wrong)."""
+    if fmt == "protobuf":
+        from .protobuf import message_descriptor
+
+        return message_descriptor(text)
     if fmt == "json":
         from .jsonschema import parse_json_schema
 
@@ -227,6 +245,10 @@ def _parse(fmt: str, text: str):
 
 def _derive(fmt: str, dt, record_name: str | None) -> str:
     """The writer schema of a column of Spark type ``dt``."""
+    if fmt == "protobuf":
+        from .protobuf.derive import protobuf_schema_of
+
+        return protobuf_schema_of(dt, record_name)
     if fmt == "json":
         from .jsonschema.schema import json_schema_of
 
@@ -237,11 +259,19 @@ def _derive(fmt: str, dt, record_name: str | None) -> str:
     return json.dumps(avro_schema_of(dt, name, space))
 
 
-def make_encoder(fmt: str, text: str, arrow_type, column: str):
+def make_encoder(fmt: str, text: str, arrow_type, column: str, framed: bool = False):
     """The encoder of ``fmt`` for columns of ``arrow_type`` with writer schema ``text``: its
     ``encode(array)`` returns (the non-null rows' bodies, which rows are non-null); building it
     checks the column against the schema (raises :class:`.avro.encode.EncodeError`, or the
-    format's schema error)."""
+    format's schema error). ``framed``: the bodies go into the wire format, whose Protobuf
+    bodies begin with the message's indexes."""
+    if fmt == "protobuf":
+        from .protobuf import message_descriptor
+        from .protobuf.encode import ProtobufEncoder, index_bytes
+
+        desc = message_descriptor(text)
+        return ProtobufEncoder(desc, arrow_type, column,
+                               prefix=index_bytes(desc) if framed else b"")
     if fmt == "json":
         from .jsonschema.encode import JsonEncoder
 
@@ -284,7 +314,7 @@ def plan(formats: SinkFormats, schema, topic_option: str | None) -> SinkFormats:
             writer = text
         if writer is not None:
             try:
-                make_encoder(enc.format, writer, arrow, enc.column)
+                make_encoder(enc.format, writer, arrow, enc.column, enc.registry is not None)
             except ValueError as e:       # EncodeError, the format's schema errors
                 raise ColumnError(f"Column '{enc.column}' ({field.dataType.simpleString()}) "
                                   f"can't be written with the {label} schema "
@@ -295,7 +325,8 @@ def plan(formats: SinkFormats, schema, topic_option: str | None) -> SinkFormats:
 
 def record_full_name(schema_text: str, fmt: str = "avro") -> str | None:
     """The record name that RecordNameStrategy takes: an Avro record's full name; a JSON
-    Schema's ``title``, as Confluent's JSON serializer takes it."""
+    Schema's ``title``; a Protobuf message's full name -- as Confluent's serializers take
+    them."""
     try:
         raw = json.loads(schema_text)
     except ValueError:
@@ -304,6 +335,13 @@ def record_full_name(schema_text: str, fmt: str = "avro") -> str | None:
         return None
     if fmt == "json":
         return raw.get("title") if isinstance(raw.get("title"), str) else None
+    if fmt == "protobuf":
+        from .protobuf import message_descriptor
+
+        try:
+            return message_descriptor(schema_text).full_name
+        except ValueError:
+            return None
     if isinstance(raw.get("name"), str):
         name, space = raw["name"], raw.get("namespace")
         return name if "." in name or not space else f"{space}.{name}"
@@ -333,23 +371,57 @@ def settle(enc: ColumnEncoding, topic: str) -> tuple[int, str]:
         if enc.schema_id is not None:
             found = client.schema_by_id(enc.schema_id)
             _check_type(found.schema_type, enc, f"schema id {enc.schema_id}")
-            return enc.schema_id, found.schema
+            return enc.schema_id, _writer_text(client, enc, enc.schema_id, found.schema)
         if enc.version is not None or enc.use_latest:
             subject = subject_of(enc, topic, None)
             found = client.version(subject, enc.version if enc.version is not None
                                    else "latest")
             _check_type(found.schema_type, enc, f"subject {subject!r}")
-            return found.id, found.schema
+            return found.id, _writer_text(client, enc, found.id, found.schema)
         subject = subject_of(enc, topic, enc.writer_schema)
         kind = REGISTRY_TYPES[enc.format]
+        registered = _registered_form(enc)
         if enc.auto_register:
-            return client.register(subject, enc.writer_schema, kind), enc.writer_schema
-        return client.lookup(subject, enc.writer_schema, kind), enc.writer_schema
+            return client.register(subject, registered, kind), enc.writer_schema
+        return client.lookup(subject, registered, kind), enc.writer_schema
     except RegistryError as e:
         raise OptionError(_refusal(enc, topic, subject, e)) from None
     except RegistryUnavailableError as e:
         raise OptionError(f"'{enc.column}Format' {enc.format}, writing to topic '{topic}': "
                           f"{e}") from None
+
+
+def _writer_text(client, enc: ColumnEncoding, schema_id: int, text: str) -> str:
+    """The writer schema text of a registered schema: for Protobuf its file and imports,
+    serialized (the registry keeps ``.proto`` text, which is not parsed here)."""
+    if enc.format != "protobuf":
+        return text
+    return registry_protobuf(client, schema_id, enc.message_name)
+
+
+def _registered_form(enc: ColumnEncoding) -> str:
+    """What a derived or inline schema is registered as: its text; for Protobuf the message's
+    file, a serialized FileDescriptorProto in base64, as confluent-kafka's ProtobufSerializer
+    registers it (Confluent's registry and Karapace keep it as ``.proto`` text)."""
+    if enc.format != "protobuf":
+        return enc.writer_schema
+    import base64
+
+    from google.protobuf import descriptor_pb2
+
+    from .protobuf import message_descriptor
+
+    desc = message_descriptor(enc.writer_schema)
+    imports = [d.name for d in desc.file.dependencies
+               if not d.name.startswith("google/protobuf/")]
+    if imports:
+        raise OptionError(f"'{enc.column}Schema' imports {', '.join(imports)}: a schema with "
+                          "references is not registered by the sink. Register it (and the "
+                          f"files it imports) first, then write with '{enc.column}SchemaId' or "
+                          "'use.latest.version'.")
+    proto = descriptor_pb2.FileDescriptorProto()
+    desc.file.CopyToProto(proto)
+    return base64.b64encode(proto.SerializeToString()).decode()
 
 
 def _check_type(schema_type: str, enc: ColumnEncoding, where: str) -> None:
@@ -384,7 +456,8 @@ def settled(enc: ColumnEncoding, topic: str) -> tuple[int, str]:
     driver makes a writer every micro-batch, and each executor meets each topic in every task
     (Confluent's serializers keep what the registry answered too)."""
     key = (enc.registry, enc.column, topic, enc.writer_schema, enc.schema_id, enc.version,
-           enc.use_latest, enc.auto_register, enc.subject, enc.strategy, enc.record_name)
+           enc.use_latest, enc.auto_register, enc.subject, enc.strategy, enc.record_name,
+           enc.message_name)
     with _SETTLED_LOCK:
         found = _SETTLED.get(key)
     if found is None:
@@ -415,11 +488,11 @@ class BatchEncoder:
                 return sid, text
         return settled(enc, topic)
 
-    def _encoder(self, fmt: str, text: str, arrow_type, column: str):
-        key = (fmt, text, arrow_type)
+    def _encoder(self, fmt: str, text: str, arrow_type, column: str, framed: bool):
+        key = (fmt, text, arrow_type, framed)
         found = self._encoders.get(key)
         if found is None:
-            found = self._encoders[key] = make_encoder(fmt, text, arrow_type, column)
+            found = self._encoders[key] = make_encoder(fmt, text, arrow_type, column, framed)
         return found
 
     def encode_batches(self, batches: Iterable) -> Iterator:
@@ -463,8 +536,8 @@ class BatchEncoder:
                 rows = np.sort(np.concatenate(row_sets))
                 part = array if len(rows) == batch.num_rows else array.take(pa.array(rows))
                 try:
-                    body, valid = self._encoder(enc.format, text, array.type,
-                                                enc.column).encode(part)
+                    body, valid = self._encoder(enc.format, text, array.type, enc.column,
+                                                enc.registry is not None).encode(part)
                 except (EncodeError, ValueError) as e:
                     where = (f"topic '{self.topic_option}'" if self.topic_option
                              else "the batch's topics")

@@ -184,8 +184,12 @@ def test_sink_format_options_are_checked_when_the_write_is_defined():
     f = parse_sink_formats({"valueformat": "avro", **url, "auto.register.schemas": "false"})
     assert f.value.auto_register is False and f.key is None
     assert parse_sink_formats({"valueformat": "json", **url}).value.format == "json"
-    cases = [({"valueformat": "protobuf", **url}, "writing protobuf is not supported yet"),
-             ({"valueformat": "xml"}, "must be one of binary, avro, json"),
+    assert parse_sink_formats({"valueformat": "protobuf", **url}).value.format == "protobuf"
+    cases = [({"valueformat": "avro", "valuemessagename": "a.B"}, "'valueMessageName' is for "
+              "Protobuf"),
+             ({"valueformat": "protobuf", "valueschema": "not base64!"}, "must be a "
+              "FileDescriptorSet"),
+             ({"valueformat": "xml"}, "must be one of binary, avro, json, protobuf"),
              ({"valueformat": "json", "valueschema": "[1]"}, "'valueSchema' .JSON Schema.*"
               "a JSON Schema is a JSON object"),
              ({"valueschemaid": "3"}, "'valueFormat' is binary"),

@@ -68,10 +68,14 @@ def message_descriptor(text: str):
             raise ProtobufSchemaError(f"not a serialized FileDescriptorProto: {e}") from None
         for dep in proto.dependency:
             _add_well_known(pool, default, dep)
+        _restore_synthetic_oneofs(proto)
         try:
             last = pool.Add(proto) or pool.FindFileByName(proto.name)
-        except TypeError:
-            last = pool.FindFileByName(proto.name)
+        except TypeError as e:
+            try:
+                last = pool.FindFileByName(proto.name)
+            except KeyError:
+                raise ProtobufSchemaError(f"file {proto.name!r}: {e}") from None
         except Exception as e:  # noqa: BLE001 - the pool's own errors
             raise ProtobufSchemaError(f"file {proto.name!r}: {e}") from None
     if last is None:
@@ -87,6 +91,22 @@ def message_descriptor(text: str):
         names = [m.full_name for m in file.message_types_by_name.values()]
         raise ProtobufSchemaError(f"no message {message!r} in the schema (it has "
                                   f"{', '.join(names) or 'none'})") from None
+
+
+def _restore_synthetic_oneofs(proto) -> None:
+    """A proto3 ``optional`` field sits in a synthetic oneof of its own (``_name``), declared
+    after the message's real oneofs. Karapace 5.0.3 serializes such fields without it, which
+    the descriptor pool refuses ("proto3_optional was not in a oneof"): put it back."""
+    def fix(message) -> None:
+        for field in message.field:
+            if field.proto3_optional and not field.HasField("oneof_index"):
+                field.oneof_index = len(message.oneof_decl)
+                message.oneof_decl.add(name=f"_{field.name}")
+        for nested in message.nested_type:
+            fix(nested)
+
+    for message in proto.message_type:
+        fix(message)
 
 
 def _add_well_known(pool, default, name: str) -> None:
