@@ -239,3 +239,20 @@ def test_message_indexes_and_what_protobuf_cannot_say():
                                                                      T.LongType()))]))
     with pytest.raises(ValueError, match="not a struct"):
         protobuf_file_of(T.LongType())
+
+
+def test_a_served_file_without_the_synthetic_oneofs_of_optional_fields_loads():
+    """Karapace 5.0.3 serializes a proto3 'optional' field without its synthetic oneof, which
+    Google's descriptor pool refuses; the schema loader puts it back, so the field keeps its
+    presence (a null reads back as null)."""
+    import base64
+
+    file = descriptor_pb2.FileDescriptorProto(name="served.proto", package="p", syntax="proto3")
+    msg = file.message_type.add(name="M")
+    msg.field.add(name="a", number=1, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL,
+                  proto3_optional=True)                       # no oneof_index, as served
+    msg.field.add(name="b", number=2, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    text = schema_text([base64.b64encode(file.SerializeToString()).decode()], "p.M")
+    desc = message_descriptor(text)
+    assert desc.fields_by_name["a"].has_presence and not desc.fields_by_name["b"].has_presence
+    assert [o.name for o in desc.oneofs] == ["_a"]
