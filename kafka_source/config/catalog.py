@@ -284,8 +284,11 @@ OPTIONS: tuple[Option, ...] = (
            example="20000"),
     Option("kafka.reconnect.backoff.ms", RSW, _kp("reconnect_backoff_ms"),
            "The first pause before reconnecting to a broker.", _J, "Connection", example="100"),
-    Option("kafka.reconnect.backoff.max.ms", RSW, _kp("reconnect_backoff_max_ms"),
-           "The longest pause before reconnecting.", _J, "Connection", example="10000"),
+    Option("kafka.reconnect.backoff.max.ms", RSW,
+           f"`{_client.RECONNECT_BACKOFF_MAX_MS}` (Java's; kafka-python's is 30000)",
+           "The longest pause before reconnecting (the pause doubles per failed attempt up to "
+           "this), so a restarted broker is reached within a second of being back.", _J,
+           "Connection", example="10000"),
     Option("kafka.connections.max.idle.ms", RSW, _kp("connections_max_idle_ms"),
            "Idle connections are closed after this long.", _J, "Connection", example="60000"),
     Option("kafka.metadata.max.age.ms", RSW, _kp("metadata_max_age_ms"),

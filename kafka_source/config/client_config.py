@@ -30,6 +30,13 @@ from .values import convert
 
 log = logging.getLogger(__name__)
 
+# The longest pause before reconnecting to a broker, unless 'kafka.reconnect.backoff.max.ms' says
+# otherwise: Java's clients' default. kafka-python's is 30 s, and a pause doubles with every
+# refused connection, so a broker that was down for 20 s (a KRaft broker's restart) was asked
+# again only after its next pause of up to 30 s: a batch read planned during a restart waited
+# past the restart, or failed with ECONNREFUSED long after the broker was back.
+RECONNECT_BACKOFF_MAX_MS = 1000
+
 # Settings of the network client (kafka-python's connection manager), by Java name.
 _CONNECTION_SETTINGS = {
     "bootstrap.servers": ("bootstrap_servers", str),
@@ -333,4 +340,5 @@ def connection_settings(config: Mapping[str, object]) -> dict[str, object]:
              | {"sasl_oauthbearer"})
     settings = {k: v for k, v in config.items() if k in names}
     settings["receive_message_max_bytes"] = receive_message_max_bytes(config)
+    settings.setdefault("reconnect_backoff_max_ms", RECONNECT_BACKOFF_MAX_MS)
     return settings

@@ -118,3 +118,11 @@ def test_receive_limit_option_sets_the_largest_response_but_never_below_the_fetc
                                         "max.partition.fetch.bytes": str(64 << 20)}))
     assert low["receive_message_max_bytes"] == 2 * (64 << 20) + (1 << 20)
     assert "must be an integer" in error_of(**{"receive.message.max.bytes": "lots"})
+
+
+def test_reconnect_backoff_stops_growing_at_javas_second_unless_set():
+    """kafka-python lets the pause before reconnecting double up to 30 s, which outlasts a
+    restart; Java's clients stop at 1 s. The option still wins."""
+    assert connection_settings(config())["reconnect_backoff_max_ms"] == 1000
+    assert connection_settings(config(**{"reconnect.backoff.max.ms": "5000"})
+                               )["reconnect_backoff_max_ms"] == 5000

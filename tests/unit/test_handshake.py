@@ -188,3 +188,44 @@ def test_kafka_python_debug_logs_do_not_show_sasl_credentials(caplog):
     assert secret.decode() not in caplog.text
     assert caplog.text.count("with SASL credentials: redacted") == 3
     assert repr(other) in caplog.text  # other requests are logged as they are
+
+
+def test_each_bootstrap_attempt_is_bounded_by_the_connection_setup_timeout():
+    """A broker that accepts connections and never answers (one restarting): kafka-python gives
+    its bootstrap connection the whole bootstrap window; ours gives each attempt
+    ``socket.connection.setup.timeout.ms``, so the window holds several attempts, as Java's."""
+    import socket
+    import threading
+
+    import kafka.errors as Errors
+    from kafka.net.selector import NetworkSelector
+
+    from kafka_source.wire.net.handshake import ConnectionManager
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    accepted = []
+
+    def accept():
+        while True:
+            try:
+                accepted.append(listener.accept()[0])    # held open, never answered
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    net = NetworkSelector()
+    manager = ConnectionManager(
+        net, bootstrap_servers=f"127.0.0.1:{listener.getsockname()[1]}",
+        socket_connection_setup_timeout_ms=400, socket_connection_setup_timeout_max_ms=400,
+        reconnect_backoff_ms=50, reconnect_backoff_max_ms=100)
+    try:
+        with pytest.raises(Errors.KafkaTimeoutError):
+            manager.bootstrap(timeout_ms=3000)
+        assert len(accepted) >= 3, f"{len(accepted)} attempt(s) in the bootstrap window"
+    finally:
+        listener.close()
+        for s in accepted:
+            s.close()
+        net.close()

@@ -148,7 +148,8 @@ def test_the_reference_shows_every_entry_with_its_default_from_the_code():
     assert f"`{options_module.DEFAULT_SESSION_TIMEOUT_MS}`" in lines["`kafka.session.timeout.ms`"]
     assert "`5`" in lines["`kafka.linger.ms`"]
     assert "`8388608`" in lines["`kafka.max.partition.fetch.bytes`"]
-    assert "`30000`" in lines["`kafka.reconnect.backoff.max.ms`"]
+    assert f"`{client_config.RECONNECT_BACKOFF_MAX_MS}`" in \
+        lines["`kafka.reconnect.backoff.max.ms`"]
     assert "`pykafka-sink`" in lines["`kafka.transactional.id`"]
     assert "<function" not in text
 
