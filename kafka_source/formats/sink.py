@@ -438,7 +438,7 @@ class BatchEncoder:
 
 def _headers(ids: np.ndarray, valid: np.ndarray):
     """The 5-byte Confluent header (a zero byte, the big-endian schema id) of each valid row,
-    as one part of fixed width when every row is valid."""
+    as one part."""
     from .avro.encode import expand, fixed_width
 
     n = len(ids)

@@ -30,6 +30,7 @@ a field whose type has no null branch, a string that is no symbol of an enum) th
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Callable
@@ -56,7 +57,6 @@ class Encoded:
 
     offsets: np.ndarray      # int64, n + 1; offsets[0] may be > 0 (a range of a larger buffer)
     data: np.ndarray         # uint8
-    width: int | None = None  # every row has this many bytes (lets join copy without a repeat)
 
     @property
     def lengths(self) -> np.ndarray:
@@ -84,7 +84,7 @@ def const(piece: bytes, n: int) -> Encoded:
     width = len(piece)
     return Encoded(np.arange(n + 1, dtype=np.int64) * width,
                    np.tile(np.frombuffer(piece, dtype=np.uint8), n) if width else
-                   np.zeros(0, dtype=np.uint8), width)
+                   np.zeros(0, dtype=np.uint8))
 
 
 def join(parts: list[Encoded]) -> Encoded:
@@ -93,24 +93,40 @@ def join(parts: list[Encoded]) -> Encoded:
     Done by Arrow, one copy of each row's part: the parts are laid end to end as one binary
     array (part 0's rows, then part 1's, ...) and taken row by row (row 0 of every part, then
     row 1 ...); the taken array's bytes are the joined rows, and every ``len(parts)``-th of its
-    offsets is where a row starts. A numpy scatter of each part's bytes (an index per byte)
-    cost about twice as much."""
+    offsets is where a row starts. Parts of no bytes (a null-typed field, a record of no fields)
+    are left out. A numpy scatter of each part's bytes (an index per byte) cost about twice
+    as much; merging runs of fixed-width parts first (fewer rows to take) saved no time, the
+    strided copy costing what the take saved."""
     if len(parts) == 1:
         return parts[0]
     n = len(parts[0].offsets) - 1
+    parts = [p for p in parts if p.offsets[-1] != p.offsets[0]] or parts[:1]   # no bytes
     total = sum(int(p.offsets[-1]) - int(p.offsets[0]) for p in parts)
     if n == 0 or total == 0:
         return Encoded(np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.uint8))
+    if len(parts) == 1:
+        return parts[0]
     count = len(parts)
     wide = total >= WIDE or n * count >= WIDE
     laid = pa.concat_arrays([p.to_arrow(wide=wide) for p in parts])
     kind = np.int64 if wide else np.int32
-    order = np.arange(count, dtype=kind) * kind(n) + np.arange(n, dtype=kind)[:, None]
-    taken = laid.take(pa.array(order.reshape(-1)))
+    taken = laid.take((_cached_order if n * count <= 1 << 22 else _order)(n, count, wide))
     _, off_buf, data_buf = taken.buffers()
     offsets = np.frombuffer(off_buf, dtype=kind, count=n * count + 1,
                             offset=taken.offset * np.dtype(kind).itemsize)[::count]
     return Encoded(offsets.astype(np.int64), np.frombuffer(data_buf, dtype=np.uint8))
+
+
+def _order(n: int, count: int, wide: bool) -> pa.Array:
+    """Where row ``i``'s part ``j`` is when parts are laid end to end: ``j * n + i``, row-major."""
+    kind = np.int64 if wide else np.int32
+    order = np.arange(count, dtype=kind) * kind(n) + np.arange(n, dtype=kind)[:, None]
+    return pa.array(order.reshape(-1))
+
+
+# Batches come in few sizes (Spark's maxRecordsPerBatch, a task's last batch), with the same
+# parts each time: the order is kept for the last few, when small.
+_cached_order = functools.lru_cache(maxsize=8)(_order)
 
 
 def expand(enc: Encoded, valid: np.ndarray) -> Encoded:
@@ -128,8 +144,8 @@ def varints(values: np.ndarray) -> Encoded:
 
     Built a byte column at a time (``width`` passes over the values, for the widest value's
     byte count). When every value takes the same number of bytes -- string lengths and counts
-    under 64, union tags, timestamps of one era -- the result is of that fixed width, made
-    without selecting bytes and cheaper for :func:`join` to place."""
+    under 64, union tags, timestamps of one era -- the bytes are all of them, in order: no
+    selecting of bytes, no continuation mask per value."""
     v = values.astype(np.int64, copy=False)
     zz = ((v << 1) ^ (v >> 63)).view(np.uint64)
     n = len(zz)
@@ -137,7 +153,7 @@ def varints(values: np.ndarray) -> Encoded:
         return Encoded(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.uint8))
     top = zz.max()
     if top < 0x80:                                  # one byte each: the value is the byte
-        return Encoded(np.arange(n + 1, dtype=np.int64), zz.astype(np.uint8), 1)
+        return Encoded(np.arange(n + 1, dtype=np.int64), zz.astype(np.uint8))
     width = 1
     while width < 10 and top >= np.uint64(1) << np.uint64(7 * width):
         width += 1
@@ -151,7 +167,7 @@ def varints(values: np.ndarray) -> Encoded:
         groups[:, k] = byte & np.uint64(0x7F)
     if narrowest == width:                          # the same byte count for every value
         groups[:, :width - 1] |= np.uint8(0x80)
-        return Encoded(np.arange(n + 1, dtype=np.int64) * width, groups.reshape(-1), width)
+        return Encoded(np.arange(n + 1, dtype=np.int64) * width, groups.reshape(-1))
     nbytes = np.full(n, narrowest, dtype=np.int64)
     for k in range(narrowest, width):
         nbytes += zz >= np.uint64(1) << np.uint64(7 * k)
@@ -170,7 +186,7 @@ def fixed_width(values: np.ndarray) -> Encoded:
     n = raw.shape[0]
     data = raw.view(np.uint8).reshape(-1)
     width = data.size // n if n else 0
-    return Encoded(np.arange(n + 1, dtype=np.int64) * width, data, width)
+    return Encoded(np.arange(n + 1, dtype=np.int64) * width, data)
 
 
 def binary_bodies(array: pa.Array) -> Encoded:
@@ -445,7 +461,7 @@ class AvroEncoder:
             if bad.size:
                 raise EncodeError(f"{path}: a value of {int(body.lengths[bad[0]])} bytes for "
                                   f"Avro fixed {node.name} of {size} bytes")
-            return [Encoded(body.offsets, body.data, size)]
+            return [body]
         return fixed
 
     def _record(self, node: Node, t: pa.DataType, path: str, wrong: EncodeError) -> Encoder:
