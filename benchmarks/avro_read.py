@@ -24,8 +24,9 @@ Then the same for writing, from the decoded records cached in memory, each path 
 topic: ``pykafka avro`` (``valueFormat`` avro on ``df.write``, the schema registered from the
 column's type), ``mapInArrow + binary`` (confluent-kafka's ``AvroSerializer`` per record in
 ``mapInArrow``, then a binary write), and ``raw write`` (the already-encoded values written as
-binary); the encode cost per record above the raw write; the encoder alone against fastavro's
-``schemaless_writer`` per record.
+binary); the encode cost per record above the raw write; the write's floor (the struct and
+the binary column handed to Python and dropped, and the struct encoded without a send); the
+encoder alone against fastavro's ``schemaless_writer`` per record.
 """
 
 from __future__ import annotations
@@ -275,7 +276,47 @@ def writes(spark, load, bootstrap: str, registry: str, args) -> None:
                .agg(F.count("value.order_id")).collect()[0][0])
     assert written == args.records * (args.runs + 1), written     # a warm-up, then the runs
     print(f"pykafka avro: {written:,} records written read back as Avro")
+    write_floor(decoded, encoded, args)
     encoder_alone(args)
+
+
+def write_floor(decoded, encoded, args) -> None:
+    """What the write costs before the sink does anything: Spark handing the cached struct
+    column to Python (in ``mapInArrow``, the same JVM-to-Arrow path as the sink's writer) and
+    dropping it, against the same for the encoded binary column; then the struct handed over
+    and encoded by the sink's :class:`BatchEncoder` (no send). The first minus the second is
+    what the struct's conversion costs above the raw write's; the third minus the first is the
+    encoder's share of the write."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    writer = json.dumps(_derived_schema(decoded))
+
+    def drop(batches):
+        n = sum(b.num_rows for b in batches)
+        yield pa.RecordBatch.from_arrays([pa.array([n], pa.int64())], names=["n"])
+
+    def encode(batches):
+        from kafka_source.formats.sink import BatchEncoder, ColumnEncoding, SinkFormats
+
+        enc = ColumnEncoding(column="value", format="avro", registry=object(),
+                             writer_schema=writer, settled=(("t", 1, writer),))
+        encoder = BatchEncoder(SinkFormats(value=enc), "t", None)
+        yield from drop(encoder.encode(b) for b in batches)
+
+    for name, df, fn in (("struct column to Python", decoded, drop),
+                         ("binary column to Python", encoded, drop),
+                         ("struct column to Python, encoded", decoded, encode)):
+        med, _ = timed(lambda: df.mapInArrow(fn, "n long").agg(F.sum("n")).collect(),
+                       args.runs)
+        print(f"write floor: {name:34s} {med / args.records * 1e9:>7,.0f} ns/record "
+              "(2 cores, no send)")
+
+
+def _derived_schema(df):
+    from kafka_source.formats.avro.schema import avro_schema_of
+
+    return avro_schema_of(df.schema["value"].dataType, "Order", "bench")
 
 
 def encoder_alone(args) -> None:

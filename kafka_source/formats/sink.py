@@ -537,7 +537,7 @@ class BatchEncoder:
                 part = array if len(rows) == batch.num_rows else array.take(pa.array(rows))
                 try:
                     body, valid = self._encoder(enc.format, text, array.type, enc.column,
-                                                enc.registry is not None).encode(part)
+                                                enc.registry is not None).encode_parts(part)
                 except (EncodeError, ValueError) as e:
                     where = (f"topic '{self.topic_option}'" if self.topic_option
                              else "the batch's topics")
@@ -553,44 +553,58 @@ class BatchEncoder:
         return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)
 
 
-def _assemble(pieces, ids: np.ndarray, n: int, framed: bool):
-    """One binary column from the encoded rows of each writer schema, framed with each row's
-    schema id. Rows whose topic is null are left null (the sink names them)."""
-    from .avro.encode import Encoded, expand, fixed_width, join
+def _headers(ids: np.ndarray, valid: np.ndarray):
+    """The 5-byte Confluent header (a zero byte, the big-endian schema id) of each valid row,
+    as one part."""
+    from .avro.encode import expand, fixed_width
 
+    n = len(ids)
+    header = np.zeros((n, 5), dtype=np.uint8)
+    header[:, 1:] = ids.astype(">i4").view(np.uint8).reshape(n, 4)
+    if valid.all():
+        return fixed_width(header)
+    return expand(fixed_width(header[valid]), valid)
+
+
+def _assemble(pieces, ids: np.ndarray, n: int, framed: bool):
+    """One binary column from the encoded rows of each writer schema (each piece's body is the
+    encoder's parts, not yet joined), framed with each row's schema id. Rows whose topic is null
+    are left null (the sink names them).
+
+    With one writer schema for the whole batch (the usual case), the header is one more part
+    before the body's, and every byte is copied once, to its place in the column."""
+    from .avro.encode import Encoded, join
+
+    if len(pieces) == 1 and len(pieces[0][0]) == n:
+        _, parts, valid = pieces[0]
+        if framed:
+            parts = [_headers(ids, valid), *parts]
+        return join(parts).to_arrow(valid)
+    # Put each piece's rows at their places: rows of one piece are in order.
+    pieces = [(rows, join(parts), v) for rows, parts, v in pieces]
     lens = np.zeros(n, dtype=np.int64)
     valid = np.zeros(n, dtype=bool)
     data_parts = []
-    # Put each piece's rows at their places: rows of one piece are in order.
-    if len(pieces) == 1 and len(pieces[0][0]) == n:
-        _, body, valid = pieces[0]
-        whole = body
-    else:
-        order = np.concatenate([rows for rows, _, _ in pieces]) if pieces else np.zeros(0, int)
-        cat_lens = np.concatenate([b.lengths for _, b, _ in pieces]) if pieces else \
-            np.zeros(0, int)
-        for rows, body, v in pieces:
-            data_parts.append(body.data[int(body.offsets[0]):int(body.offsets[-1])])
-            valid[rows] = v
-        data = np.concatenate(data_parts) if data_parts else np.zeros(0, np.uint8)
-        starts = np.concatenate([[0], np.cumsum(cat_lens)])[:-1]
-        # gather the rows back into row order
-        inverse = np.empty(n, dtype=np.int64)
-        inverse[order] = np.arange(len(order))
-        present = np.zeros(n, dtype=bool)
-        present[order] = True
-        lens[order] = cat_lens
-        src_start = np.zeros(n, dtype=np.int64)
-        src_start[order] = starts
-        offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
-        total = int(offsets[-1])
-        index = (np.repeat(src_start - offsets[:-1], lens) + np.arange(total)) if total else \
-            np.zeros(0, dtype=np.int64)
-        whole = Encoded(offsets, data[index] if total else np.zeros(0, np.uint8))
-        valid &= present
+    order = np.concatenate([rows for rows, _, _ in pieces]) if pieces else np.zeros(0, int)
+    cat_lens = np.concatenate([b.lengths for _, b, _ in pieces]) if pieces else \
+        np.zeros(0, int)
+    for rows, body, v in pieces:
+        data_parts.append(body.data[int(body.offsets[0]):int(body.offsets[-1])])
+        valid[rows] = v
+    data = np.concatenate(data_parts) if data_parts else np.zeros(0, np.uint8)
+    starts = np.concatenate([[0], np.cumsum(cat_lens)])[:-1]
+    # gather the rows back into row order
+    present = np.zeros(n, dtype=bool)
+    present[order] = True
+    lens[order] = cat_lens
+    src_start = np.zeros(n, dtype=np.int64)
+    src_start[order] = starts
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    total = int(offsets[-1])
+    index = (np.repeat(src_start - offsets[:-1], lens) + np.arange(total)) if total else \
+        np.zeros(0, dtype=np.int64)
+    whole = Encoded(offsets, data[index] if total else np.zeros(0, np.uint8))
+    valid &= present
     if framed:
-        header = np.zeros((n, 5), dtype=np.uint8)
-        header[:, 1:] = ids.astype(">i4").view(np.uint8).reshape(n, 4)
-        framed_rows = join([expand(fixed_width(header[valid]), valid), whole])
-        return framed_rows.to_arrow(valid)
+        return join([_headers(ids, valid), whole]).to_arrow(valid)
     return whole.to_arrow(valid)

@@ -276,3 +276,79 @@ def test_plan_settles_the_topic_options_schema_once_per_process(monkeypatch):
         planned = plan(parse_sink_formats(opts), df_schema, "orders")
     assert planned.value.settled == (("orders", 7, planned.value.writer_schema),)
     assert asked == [("value", "orders")]
+
+
+def _fastavro_bytes(schema, values) -> list[bytes]:
+    parsed = fastavro.parse_schema(schema)
+    out = []
+    for v in values:
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, parsed, v)
+        out.append(buf.getvalue())
+    return out
+
+
+def _rows(enc) -> list[bytes]:
+    return [enc.data[int(a):int(b)].tobytes() for a, b in zip(enc.offsets[:-1], enc.offsets[1:])]
+
+
+@pytest.mark.parametrize("values", [
+    [0, 1, -1, 63, -64, 5],                                      # one byte each
+    [1_700_000_000_000_000 + i for i in range(5)],               # timestamps of one era: 8 each
+    [2 ** 63 - 1, -2 ** 63, -2 ** 62 - 1],                       # the widest (10), all alike
+    [64, -65, 8191, -8192],                                      # 2 each
+    [200, 2 ** 40, 300],                                         # 2 to 6 bytes
+    [0, 64, 2 ** 31 - 1, -2 ** 31, 2 ** 63 - 1, -2 ** 63],       # 1 to 10 bytes
+    [],
+])
+def test_varints_match_fastavro_byte_for_byte_in_each_shape(values):
+    from kafka_source.formats.avro.encode import varints
+
+    enc = varints(np.array(values, dtype=np.int64))
+    assert _rows(enc) == _fastavro_bytes("long", values)
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_join_puts_parts_of_every_shape_together_row_by_row(monkeypatch, wide):
+    from kafka_source.formats.avro import encode as E
+
+    if wide:
+        monkeypatch.setattr(E, "WIDE", 16)          # large_binary, without 2 GiB of data
+    n = 7
+    rows = [bytes([65 + i]) * (i % 3) for i in range(n)]
+    variable = E.binary_bodies(pa.array([b"zz"] + rows, pa.binary()).slice(1))   # offsets > 0
+    fixed = E.fixed_width(np.arange(n * 3, dtype=np.uint8).reshape(n, 3))
+    valid = np.array([i % 2 == 0 for i in range(n)])
+    sparse = E.expand(E.varints(np.arange(int(valid.sum())) * 1000), valid)
+    empty = E.const(b"", n)
+    parts = [fixed, variable, empty, sparse, E.const(b"\x00", n), variable]
+    got = _rows(E.join(parts))
+    assert got == [b"".join(_rows(p)[i] for p in parts) for i in range(n)]
+    assert E.join(parts).to_arrow().to_pylist() == got
+    assert _rows(E.join([empty, empty])) == [b""] * n
+    assert _rows(E.join([E.const(b"a", 0), E.const(b"", 0)])) == []
+
+
+def test_the_sinks_framed_rows_match_fastavro_with_nulls_and_uniform_strings():
+    from pyspark.sql import types as T
+
+    spark_type = T.StructType([
+        T.StructField("id", T.StringType(), False), T.StructField("n", T.LongType(), False),
+        T.StructField("x", T.DoubleType(), True), T.StructField("tags", T.ArrayType(
+            T.StringType(), False), False),
+        T.StructField("at", T.StructType([T.StructField("city", T.StringType(), False)]), True)])
+    schema = avro_schema_of(spark_type, "R", "t")
+    t = pa.struct([("id", pa.string()), ("n", pa.int64()), ("x", pa.float64()),
+                   ("tags", pa.list_(pa.string())), ("at", pa.struct([("city", pa.string())]))])
+    values = [None if i == 3 else
+              {"id": f"o-{i:05d}", "n": 1_700_000_000_000 + i * (1 if i % 2 else 10 ** 9),
+               "x": None if i % 3 == 0 else i / 7, "tags": [f"t{j}" for j in range(i % 3)],
+               "at": None if i % 4 == 1 else {"city": "Nice"}} for i in range(12)]
+    enc = ColumnEncoding(column="value", format="avro", registry=object(),
+                         writer_schema=json.dumps(schema),
+                         settled=(("t", 258, json.dumps(schema)),))
+    batch = pa.RecordBatch.from_arrays([pa.array(values, type=t)], names=["value"])
+    got = BatchEncoder(SinkFormats(value=enc), "t", None).encode(batch).column(0).to_pylist()
+    want = _fastavro_bytes(schema, [v for v in values if v is not None])
+    want = [b"\x00\x00\x00\x01\x02" + w for w in want]
+    assert got == want[:3] + [None] + want[3:]

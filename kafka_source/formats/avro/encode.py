@@ -4,9 +4,16 @@ Avro's binary encoding is a concatenation: a record is its fields' encodings one
 other, an array is blocks of (count, items), a union is the branch's index then the value. So
 each part of a schema is encoded for the *whole column* at once -- every row's ``amount`` as
 8-byte doubles, every row's ``order_id`` as a length varint and its UTF-8 bytes, ... -- into an
-:class:`Encoded`: per-row byte ranges over one buffer, in row order. A record then interleaves
-its fields' buffers row by row (:func:`join`), with one numpy scatter per field: no Python
-object is made per record, and the cost per record is a few numpy passes per field.
+:class:`Encoded`: per-row byte ranges over one buffer, in row order. No Python object is made
+per record, and the cost per record is a few numpy passes per field.
+
+The parts are not interleaved as they are made: a record's encoding is the *list* of its
+fields' parts (a string is two: its lengths and its bytes; a union its tags and its branch's
+parts), nested records' lists spliced in, and the whole row is put together once, at the end
+(:func:`join`), each byte copied straight to its final place. Interleaving at every level
+instead (a string, then the record holding it, then the framing) copied every byte once per
+level, and those copies were most of the encoder's time. Only arrays and maps join their
+items' parts early, since an item's bytes are then grouped by row.
 
 The encoder follows the *writer schema* (derived from the column's Spark type, given inline or
 registered): the Arrow column's fields are matched to the schema's by name. What cannot be
@@ -23,6 +30,7 @@ a field whose type has no null branch, a string that is no symbol of an enum) th
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Callable
@@ -32,6 +40,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .schema import Node, arrow_type, non_null_branches
+
+
+# Rows or offsets from here on need large_binary (64-bit offsets); a module value so that tests
+# can take that path without 2 GiB of data.
+WIDE = 2**31
 
 
 class EncodeError(ValueError):
@@ -49,20 +62,21 @@ class Encoded:
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
 
-    def to_arrow(self, valid: np.ndarray | None = None) -> pa.Array:
-        """A binary array of the rows (null where ``valid`` is False)."""
+    def to_arrow(self, valid: np.ndarray | None = None, wide: bool = False) -> pa.Array:
+        """A binary array of the rows (null where ``valid`` is False); large_binary when
+        ``wide`` or when the rows hold 2 GiB or more."""
         start = int(self.offsets[0])
-        offsets = (self.offsets - start).astype(np.int64)
-        data = self.data[start:int(self.offsets[-1])]
-        kind = pa.large_binary() if offsets[-1] >= 2**31 else pa.binary()
-        if kind == pa.binary():
-            offsets = offsets.astype(np.int32)
+        offsets = self.offsets - start if start else self.offsets
+        # the bytes are not copied: the array keeps the (contiguous) numpy buffer alive
+        data = np.ascontiguousarray(self.data[start:int(self.offsets[-1])])
+        wide = wide or offsets[-1] >= WIDE
+        kind = pa.large_binary() if wide else pa.binary()
+        offsets = offsets.astype(np.int64 if wide else np.int32)
         mask = None
         if valid is not None and not valid.all():
             mask = pa.py_buffer(np.packbits(valid, bitorder="little").tobytes())
         return pa.Array.from_buffers(kind, len(offsets) - 1,
-                                     [mask, pa.py_buffer(offsets.tobytes()),
-                                      pa.py_buffer(data.tobytes())])
+                                     [mask, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 def const(piece: bytes, n: int) -> Encoded:
@@ -74,23 +88,45 @@ def const(piece: bytes, n: int) -> Encoded:
 
 
 def join(parts: list[Encoded]) -> Encoded:
-    """Row ``i`` of the result is row ``i`` of each part, concatenated in order."""
+    """Row ``i`` of the result is row ``i`` of each part, concatenated in order.
+
+    Done by Arrow, one copy of each row's part: the parts are laid end to end as one binary
+    array (part 0's rows, then part 1's, ...) and taken row by row (row 0 of every part, then
+    row 1 ...); the taken array's bytes are the joined rows, and every ``len(parts)``-th of its
+    offsets is where a row starts. Parts of no bytes (a null-typed field, a record of no fields)
+    are left out. A numpy scatter of each part's bytes (an index per byte) cost about twice
+    as much; merging runs of fixed-width parts first (fewer rows to take) saved no time, the
+    strided copy costing what the take saved."""
     if len(parts) == 1:
         return parts[0]
-    lengths = np.stack([p.lengths for p in parts])              # parts x n
-    n = lengths.shape[1]
-    ends = np.cumsum(lengths.sum(axis=0))
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    offsets[1:] = ends
-    out = np.empty(int(offsets[-1]), dtype=np.uint8)
-    before = offsets[:-1].copy()                                # where each row's next part goes
-    for p, lens in zip(parts, lengths):
-        start, stop = int(p.offsets[0]), int(p.offsets[-1])
-        if stop > start:
-            shift = np.repeat(before - p.offsets[:-1], lens)
-            out[np.arange(start, stop) + shift] = p.data[start:stop]
-        before += lens
-    return Encoded(offsets, out)
+    n = len(parts[0].offsets) - 1
+    parts = [p for p in parts if p.offsets[-1] != p.offsets[0]] or parts[:1]   # no bytes
+    total = sum(int(p.offsets[-1]) - int(p.offsets[0]) for p in parts)
+    if n == 0 or total == 0:
+        return Encoded(np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.uint8))
+    if len(parts) == 1:
+        return parts[0]
+    count = len(parts)
+    wide = total >= WIDE or n * count >= WIDE
+    laid = pa.concat_arrays([p.to_arrow(wide=wide) for p in parts])
+    kind = np.int64 if wide else np.int32
+    taken = laid.take((_cached_order if n * count <= 1 << 22 else _order)(n, count, wide))
+    _, off_buf, data_buf = taken.buffers()
+    offsets = np.frombuffer(off_buf, dtype=kind, count=n * count + 1,
+                            offset=taken.offset * np.dtype(kind).itemsize)[::count]
+    return Encoded(offsets.astype(np.int64), np.frombuffer(data_buf, dtype=np.uint8))
+
+
+def _order(n: int, count: int, wide: bool) -> pa.Array:
+    """Where row ``i``'s part ``j`` is when parts are laid end to end: ``j * n + i``, row-major."""
+    kind = np.int64 if wide else np.int32
+    order = np.arange(count, dtype=kind) * kind(n) + np.arange(n, dtype=kind)[:, None]
+    return pa.array(order.reshape(-1))
+
+
+# Batches come in few sizes (Spark's maxRecordsPerBatch, a task's last batch), with the same
+# parts each time: the order is kept for the last few, when small.
+_cached_order = functools.lru_cache(maxsize=8)(_order)
 
 
 def expand(enc: Encoded, valid: np.ndarray) -> Encoded:
@@ -104,24 +140,42 @@ def expand(enc: Encoded, valid: np.ndarray) -> Encoded:
 
 
 def varints(values: np.ndarray) -> Encoded:
-    """Avro ``int``/``long``: zig-zag, then 7 bits a byte, low first."""
+    """Avro ``int``/``long``: zig-zag, then 7 bits a byte, low first.
+
+    Built a byte column at a time (``width`` passes over the values, for the widest value's
+    byte count). When every value takes the same number of bytes -- string lengths and counts
+    under 64, union tags, timestamps of one era -- the bytes are all of them, in order: no
+    selecting of bytes, no continuation mask per value."""
     v = values.astype(np.int64, copy=False)
     zz = ((v << 1) ^ (v >> 63)).view(np.uint64)
     n = len(zz)
-    nbytes = np.ones(n, dtype=np.int64)
-    for k in range(1, 10):
-        more = zz >= np.uint64(1 << (7 * k))
-        if not more.any():
-            break
-        nbytes += more
-    width = int(nbytes.max()) if n else 1
-    shifts = (np.arange(width, dtype=np.uint64) * np.uint64(7))
-    groups = ((zz[:, None] >> shifts) & np.uint64(0x7F)).astype(np.uint8)
+    if n == 0:
+        return Encoded(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.uint8))
+    top = zz.max()
+    if top < 0x80:                                  # one byte each: the value is the byte
+        return Encoded(np.arange(n + 1, dtype=np.int64), zz.astype(np.uint8))
+    width = 1
+    while width < 10 and top >= np.uint64(1) << np.uint64(7 * width):
+        width += 1
+    floor = zz.min()
+    narrowest = 1
+    while narrowest < 10 and floor >= np.uint64(1) << np.uint64(7 * narrowest):
+        narrowest += 1
+    groups = np.empty((n, width), dtype=np.uint8)
+    for k in range(width):
+        byte = zz >> np.uint64(7 * k) if k else zz
+        groups[:, k] = byte & np.uint64(0x7F)
+    if narrowest == width:                          # the same byte count for every value
+        groups[:, :width - 1] |= np.uint8(0x80)
+        return Encoded(np.arange(n + 1, dtype=np.int64) * width, groups.reshape(-1))
+    nbytes = np.full(n, narrowest, dtype=np.int64)
+    for k in range(narrowest, width):
+        nbytes += zz >= np.uint64(1) << np.uint64(7 * k)
     cols = np.arange(width)
     groups |= np.where(cols[None, :] < (nbytes - 1)[:, None], np.uint8(0x80), np.uint8(0))
     data = groups[cols[None, :] < nbytes[:, None]]
     offsets = np.zeros(n + 1, dtype=np.int64)
-    offsets[1:] = np.cumsum(nbytes)
+    np.cumsum(nbytes, out=offsets[1:])
     return Encoded(offsets, data)
 
 
@@ -152,10 +206,10 @@ def binary_bodies(array: pa.Array) -> Encoded:
     return Encoded(offsets, data)
 
 
-def length_prefixed(array: pa.Array) -> Encoded:
-    """Avro ``bytes``/``string``: the length, then the bytes."""
+def length_prefixed(array: pa.Array) -> list[Encoded]:
+    """Avro ``bytes``/``string``: the length, then the bytes (two parts, see :func:`join`)."""
     body = binary_bodies(array)
-    return join([varints(body.lengths), body])
+    return [varints(body.lengths), body]
 
 
 def _valid(array: pa.Array) -> np.ndarray:
@@ -168,7 +222,9 @@ def _ints(array: pa.Array) -> np.ndarray:
     return array.to_numpy(zero_copy_only=False)
 
 
-Encoder = Callable[[pa.Array], Encoded]
+# An encoder gives the parts of each row's encoding, in order (all with the array's rows), for
+# join to put together once.
+Encoder = Callable[[pa.Array], list[Encoded]]
 
 
 class AvroEncoder:
@@ -182,11 +238,18 @@ class AvroEncoder:
     def encode(self, array: pa.Array) -> tuple[Encoded, np.ndarray]:
         """The bodies of the non-null rows of ``array`` (a null row is a Kafka null, not an Avro
         value), and which rows those are."""
+        parts, valid = self.encode_parts(array)
+        return join(parts), valid
+
+    def encode_parts(self, array: pa.Array) -> tuple[list[Encoded], np.ndarray]:
+        """:meth:`encode` before the parts are joined: for a caller that puts more before each
+        body (the sink's framing) and joins once."""
         if isinstance(array, pa.ChunkedArray):
             array = array.combine_chunks()
         valid = _valid(array)
         if not valid.all():
-            return expand(self._encode(array.filter(pa.array(valid))), valid), valid
+            parts = self._encode(array.filter(pa.array(valid)))
+            return [expand(p, valid) for p in parts], valid
         return self._encode(array), valid
 
     # --- compiling the schema against the column's type ---------------------------------------
@@ -213,7 +276,7 @@ class AvroEncoder:
                 raise EncodeError(f"{path}: a column of nulls for Avro {node.describe()}, "
                                   "which has no null branch")
             tag = varints(np.array([null_index])).data.tobytes()
-            return lambda array: const(tag, len(array))
+            return lambda array: [const(tag, len(array))]
         chosen = None
         if len(others) == 1:
             chosen = others[0]
@@ -235,14 +298,14 @@ class AvroEncoder:
         def union(array: pa.Array) -> Encoded:
             valid = _valid(array)
             if valid.all():
-                return join([const(tag_value, len(array)), body(array)])
+                return [const(tag_value, len(array)), *body(array)]
             if null_index is None:
                 raise EncodeError(f"{path} is null, but its Avro type {node.describe()} has "
                                   "no null branch")
             tags = varints(np.where(valid, index, null_index))
             if not valid.any():
-                return tags
-            return join([tags, expand(body(array.filter(pa.array(valid))), valid)])
+                return [tags]
+            return [tags, *(expand(p, valid) for p in body(array.filter(pa.array(valid))))]
         return union
 
     def _plain(self, node: Node, t: pa.DataType, path: str) -> Encoder:
@@ -252,22 +315,22 @@ class AvroEncoder:
         if k == "null":
             if not pa.types.is_null(t):
                 raise wrong
-            return lambda array: const(b"", len(array))
+            return lambda array: [const(b"", len(array))]
         if k == "boolean":
             if not pa.types.is_boolean(t):
                 raise wrong
-            return lambda array: fixed_width(
-                array.to_numpy(zero_copy_only=False).astype(np.uint8))
+            return lambda array: [fixed_width(
+                array.to_numpy(zero_copy_only=False).astype(np.uint8))]
         if k in ("int", "long"):
             return self._integer(node, t, path, wrong)
         if k == "float":
             if not (pa.types.is_float32(t) or pa.types.is_float16(t)):
                 raise wrong
-            return lambda array: fixed_width(_ints(array).astype("<f4"))
+            return lambda array: [fixed_width(_ints(array).astype("<f4"))]
         if k == "double":
             if not (pa.types.is_floating(t) or pa.types.is_integer(t)):
                 raise wrong
-            return lambda array: fixed_width(_ints(array).astype("<f8"))
+            return lambda array: [fixed_width(_ints(array).astype("<f8"))]
         if k == "string" or (k == "enum"):
             if not (pa.types.is_string(t) or pa.types.is_large_string(t)
                     or pa.types.is_string_view(t)):
@@ -299,8 +362,8 @@ class AvroEncoder:
                                   f"{t.key_type} keys")
             values = self._compile(node.values, t.item_type, f"{path}{{}}")
 
-            def entries(structs: pa.Array) -> Encoded:
-                return join([length_prefixed(structs.field(0)), values(structs.field(1))])
+            def entries(structs: pa.Array) -> list[Encoded]:
+                return [*length_prefixed(structs.field(0)), *values(structs.field(1))]
             return self._blocks(entries)
         raise wrong
 
@@ -309,7 +372,8 @@ class AvroEncoder:
         if logical == "date":
             if not pa.types.is_date32(t):
                 raise wrong
-            return lambda array: varints(array.cast(pa.int32()).to_numpy(zero_copy_only=False))
+            return lambda array: [varints(array.cast(pa.int32()).to_numpy(
+                zero_copy_only=False))]
         if logical and "timestamp" in logical:
             if not pa.types.is_timestamp(t):
                 raise wrong
@@ -322,16 +386,16 @@ class AvroEncoder:
             target = {"millis": "ms", "micros": "us", "nanos": "ns"}[unit]
             bare = pa.timestamp(t.unit)
 
-            def stamps(array: pa.Array) -> Encoded:
+            def stamps(array: pa.Array) -> list[Encoded]:
                 a = array.cast(bare)
                 if t.unit != target:
                     if target == "ms" and t.unit in ("us", "ns"):
                         # floor, as Avro writers do: a time before 1970 stays before it
                         per = 1000 if t.unit == "us" else 1_000_000
                         raw = a.cast(pa.int64()).to_numpy(zero_copy_only=False)
-                        return varints(np.floor_divide(raw, per))
+                        return [varints(np.floor_divide(raw, per))]
                     a = a.cast(pa.timestamp(target))
-                return varints(a.cast(pa.int64()).to_numpy(zero_copy_only=False))
+                return [varints(a.cast(pa.int64()).to_numpy(zero_copy_only=False))]
             return stamps
         if not pa.types.is_integer(t):
             raise wrong
@@ -342,18 +406,18 @@ class AvroEncoder:
                                   "the field a long")
         elif pa.types.is_uint64(t):
             raise EncodeError(f"{path}: uint64 can't be written as Avro long (signed 64 bits)")
-        return lambda array: varints(_ints(array))
+        return lambda array: [varints(_ints(array))]
 
     def _enum(self, node: Node, path: str) -> Encoder:
         symbols = pa.array(node.symbols, type=pa.string())
 
-        def enum(array: pa.Array) -> Encoded:
+        def enum(array: pa.Array) -> list[Encoded]:
             index = pc.index_in(array.cast(pa.string()), value_set=symbols)
             if index.null_count:
                 row = int(np.flatnonzero(~_valid(index))[0])
                 raise EncodeError(f"{path}: {array[row].as_py()!r} is not a symbol of Avro "
                                   f"enum {node.name} ({', '.join(node.symbols)})")
-            return varints(_ints(index))
+            return [varints(_ints(index))]
         return enum
 
     def _decimal(self, node: Node, t: pa.DataType, path: str, wrong: EncodeError) -> Encoder:
@@ -365,13 +429,13 @@ class AvroEncoder:
                               "values: cast the column to the schema's decimal type")
         fixed = node.size if node.kind == "fixed" else 0
 
-        def decimal(array: pa.Array) -> Encoded:
+        def decimal(array: pa.Array) -> list[Encoded]:
             a = array.cast(pa.decimal128(38, t.scale)) if t.bit_width != 128 else array
             raw = np.frombuffer(a.buffers()[1], dtype=np.uint8,
                                 count=16 * (len(a) + a.offset))[16 * a.offset:]
             be = raw.reshape(-1, 16)[:, ::-1]                      # big-endian rows
             if fixed:
-                return fixed_width(np.ascontiguousarray(be[:, 16 - fixed:]))
+                return [fixed_width(np.ascontiguousarray(be[:, 16 - fixed:]))]
             fill = np.where(be[:, 0] & 0x80, 0xFF, 0x00).astype(np.uint8)
             lead = np.cumprod(be == fill[:, None], axis=1).sum(axis=1)
             keep = 16 - lead
@@ -380,7 +444,7 @@ class AvroEncoder:
             keep = np.minimum(keep, 16)
             mask = np.arange(16)[None, :] >= (16 - keep)[:, None]
             body = Encoded(np.concatenate([[0], np.cumsum(keep)]).astype(np.int64), be[mask])
-            return join([varints(keep), body])
+            return [varints(keep), body]
         return decimal
 
     def _fixed(self, node: Node, t: pa.DataType, path: str, wrong: EncodeError) -> Encoder:
@@ -391,13 +455,13 @@ class AvroEncoder:
         elif not (pa.types.is_binary(t) or pa.types.is_large_binary(t)):
             raise wrong
 
-        def fixed(array: pa.Array) -> Encoded:
+        def fixed(array: pa.Array) -> list[Encoded]:
             body = binary_bodies(array)
             bad = np.flatnonzero(body.lengths != size)
             if bad.size:
                 raise EncodeError(f"{path}: a value of {int(body.lengths[bad[0]])} bytes for "
                                   f"Avro fixed {node.name} of {size} bytes")
-            return body
+            return [body]
         return fixed
 
     def _record(self, node: Node, t: pa.DataType, path: str, wrong: EncodeError) -> Encoder:
@@ -422,24 +486,28 @@ class AvroEncoder:
                 raise EncodeError(f"{sub}: Avro record {node.name} has field {f.name!r} with no "
                                   "default, and the column has no such field")
 
-        def record(array: pa.Array) -> Encoded:
+        def record(array: pa.Array) -> list[Encoded]:
             n = len(array)
-            parts = [step(array.field(i)) if i is not None else const(step, n)
-                     for i, step in steps]
-            return join(parts) if parts else const(b"", n)
+            parts = []
+            for i, step in steps:
+                if i is None:
+                    parts.append(const(step, n))
+                else:
+                    parts.extend(step(array.field(i)))
+            return parts or [const(b"", n)]
         return record
 
     @staticmethod
     def _blocks(items: Encoder) -> Encoder:
         """Arrays and maps: one block of all the row's items, then the 0 that ends them."""
-        def blocks(array: pa.Array) -> Encoded:
+        def blocks(array: pa.Array) -> list[Encoded]:
             offsets = np.asarray(array.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
             counts = np.diff(offsets)
             values = array.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
-            enc = items(values)
+            enc = join(items(values))          # the items' bytes, then grouped by row
             inner = Encoded(enc.offsets[offsets - offsets[0]], enc.data)
             count = expand(varints(counts[counts > 0]), counts > 0)
-            return join([count, inner, const(b"\x00", len(array))])
+            return [count, inner, const(b"\x00", len(array))]
         return blocks
 
 
@@ -455,7 +523,7 @@ def default_bytes(node: Node, value, path: str) -> bytes:
         try:
             t = arrow_type(target)
             array = pa.array([value], type=t)
-            enc = AvroEncoder(target, t, path)._encode(array)
+            enc = join(AvroEncoder(target, t, path)._encode(array))
         except (pa.ArrowException, EncodeError, ValueError, TypeError) as e:
             raise EncodeError(f"{path}: the default {json.dumps(value)[:100]} can't be written "
                               f"as Avro {target.describe()}: {e}") from None

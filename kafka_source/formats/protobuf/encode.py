@@ -108,6 +108,12 @@ class ProtobufEncoder:
             body = join([const(self.prefix, len(rows)), body])
         return (body if valid.all() else expand(body, valid)), valid
 
+    def encode_parts(self, array: pa.Array) -> tuple[list[Encoded], np.ndarray]:
+        """:meth:`encode` as the sink takes it: the bodies as the one part of each row (the
+        sink puts the wire format's header before it and copies each row once)."""
+        body, valid = self.encode(array)
+        return [body], valid
+
     # --- compiling the message against the column's type ---------------------------------------
 
     def _message(self, desc, t: pa.StructType, path: str) -> Callable[[pa.Array], Encoded]:
