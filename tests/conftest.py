@@ -79,7 +79,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "when asked for (-m cluster)")
     config.addinivalue_line(
         "markers", "smoke: one of the few integration tests `make check` runs on one broker")
-    config.addinivalue_line("markers", "once: a long test that CI runs in its first pass only")
+    config.addinivalue_line("markers", "once: a long test that CI runs on Kafka 4.0 only, not in "
+                            "the Kafka 2.2 and embedded passes")
     config.addinivalue_line(
         "markers", "requires_spark(feature, what): skip where the installed PySpark lacks the "
         "feature of kafka_source.spark_features (e.g. ADMISSION_CONTROL), naming what it is")
