@@ -9,6 +9,8 @@ column (numpy over the batch's bytes), never one Python object per record.
 * :mod:`.registry` -- the Schema Registry client (Confluent's REST API), with the settings
   confluent-kafka's ``SchemaRegistryClient`` takes, caching schemas by id.
 * :mod:`.framing` -- Confluent's framing of a value: magic byte and schema id, for a whole column.
+* :mod:`.encoded` -- the sink's encoded rows: per-row byte ranges built a column at a time and put
+  together once per row, shared by the three encoders.
 * :mod:`.avro` -- Avro schemas, their Spark and Arrow types (as spark-avro maps them), schema
   resolution and the columnar decoder.
 * :mod:`.protobuf` -- Protobuf descriptors from the registry, their Spark and Arrow types, the

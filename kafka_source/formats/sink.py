@@ -262,7 +262,7 @@ def _derive(fmt: str, dt, record_name: str | None) -> str:
 def make_encoder(fmt: str, text: str, arrow_type, column: str, framed: bool = False):
     """The encoder of ``fmt`` for columns of ``arrow_type`` with writer schema ``text``: its
     ``encode(array)`` returns (the non-null rows' bodies, which rows are non-null); building it
-    checks the column against the schema (raises :class:`.avro.encode.EncodeError`, or the
+    checks the column against the schema (raises :class:`.encoded.EncodeError`, or the
     format's schema error). ``framed``: the bodies go into the wire format, whose Protobuf
     bodies begin with the message's indexes."""
     if fmt == "protobuf":
@@ -502,7 +502,7 @@ class BatchEncoder:
     def encode(self, batch):
         import pyarrow as pa
 
-        from .avro.encode import EncodeError
+        from .encoded import EncodeError
 
         if batch.num_rows == 0:
             return batch
@@ -556,7 +556,7 @@ class BatchEncoder:
 def _headers(ids: np.ndarray, valid: np.ndarray):
     """The 5-byte Confluent header (a zero byte, the big-endian schema id) of each valid row,
     as one part."""
-    from .avro.encode import expand, fixed_width
+    from .encoded import expand, fixed_width
 
     n = len(ids)
     header = np.zeros((n, 5), dtype=np.uint8)
@@ -573,7 +573,7 @@ def _assemble(pieces, ids: np.ndarray, n: int, framed: bool):
 
     With one writer schema for the whole batch (the usual case), the header is one more part
     before the body's, and every byte is copied once, to its place in the column."""
-    from .avro.encode import Encoded, join
+    from .encoded import Encoded, join
 
     if len(pieces) == 1 and len(pieces[0][0]) == n:
         _, parts, valid = pieces[0]

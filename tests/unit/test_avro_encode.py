@@ -310,7 +310,7 @@ def test_varints_match_fastavro_byte_for_byte_in_each_shape(values):
 
 @pytest.mark.parametrize("wide", [False, True])
 def test_join_puts_parts_of_every_shape_together_row_by_row(monkeypatch, wide):
-    from kafka_source.formats.avro import encode as E
+    from kafka_source.formats import encoded as E
 
     if wide:
         monkeypatch.setattr(E, "WIDE", 16)          # large_binary, without 2 GiB of data
@@ -319,7 +319,7 @@ def test_join_puts_parts_of_every_shape_together_row_by_row(monkeypatch, wide):
     variable = E.binary_bodies(pa.array([b"zz"] + rows, pa.binary()).slice(1))   # offsets > 0
     fixed = E.fixed_width(np.arange(n * 3, dtype=np.uint8).reshape(n, 3))
     valid = np.array([i % 2 == 0 for i in range(n)])
-    sparse = E.expand(E.varints(np.arange(int(valid.sum())) * 1000), valid)
+    sparse = E.expand(E.uvarints(E.zigzag(np.arange(int(valid.sum())) * 1000)), valid)
     empty = E.const(b"", n)
     parts = [fixed, variable, empty, sparse, E.const(b"\x00", n), variable]
     got = _rows(E.join(parts))

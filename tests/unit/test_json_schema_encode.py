@@ -15,7 +15,7 @@ pa = pytest.importorskip("pyarrow")
 jsonschema = pytest.importorskip("jsonschema")
 T = pytest.importorskip("pyspark.sql.types")
 
-from kafka_source.formats.avro.encode import EncodeError  # noqa: E402
+from kafka_source.formats.encoded import EncodeError  # noqa: E402
 from kafka_source.formats.jsonschema import JsonColumnDecoder  # noqa: E402
 from kafka_source.formats.jsonschema.encode import JsonEncoder  # noqa: E402
 from kafka_source.formats.jsonschema.schema import json_schema_of  # noqa: E402

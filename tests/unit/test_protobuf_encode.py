@@ -15,7 +15,7 @@ T = pytest.importorskip("pyspark.sql.types")
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # noqa: E402
 
-from kafka_source.formats.avro.encode import EncodeError  # noqa: E402
+from kafka_source.formats.encoded import EncodeError  # noqa: E402
 from kafka_source.formats.protobuf import ProtobufColumnDecoder, message_descriptor  # noqa: E402
 from kafka_source.formats.protobuf.derive import protobuf_file_of, protobuf_schema_of  # noqa: E402
 from kafka_source.formats.protobuf.encode import ProtobufEncoder, index_bytes  # noqa: E402

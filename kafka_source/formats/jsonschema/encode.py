@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..avro.encode import EncodeError, Encoded, _valid, binary_bodies, expand
+from ..encoded import EncodeError, Encoded, binary_bodies, expand, valid_mask
 from .schema import JsonSchemaError, _resolve, parse_json_schema
 
 Texts = Callable[[pa.Array], pa.Array]      # an array -> its JSON texts (no nulls: "null")
@@ -151,7 +151,7 @@ class JsonEncoder:
         which rows those are."""
         if isinstance(array, pa.ChunkedArray):
             array = array.combine_chunks()
-        valid = _valid(array)
+        valid = valid_mask(array)
         if not valid.all():
             return expand(binary_bodies(self._texts(array.filter(pa.array(valid)))), valid), \
                 valid

@@ -30,33 +30,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..avro.encode import (EncodeError, Encoded, _valid, binary_bodies, const, expand,
-                           fixed_width, join)
+from ..encoded import (EncodeError, Encoded, binary_bodies, const, expand, fixed_width, join,
+                       uvarints, valid_mask, zigzag)
 from .schema import TIMESTAMP, is_map, repeated
 
 VARINT, I64, LEN, I32 = 0, 1, 2, 5
 
 Values = Callable[[pa.Array], Encoded]    # non-null values -> their encodings (no tag)
-
-
-def uvarints(values: np.ndarray) -> Encoded:
-    """Base-128 varints of unsigned 64-bit values, 7 bits a byte, low first."""
-    v = values.astype(np.uint64, copy=False)
-    n = len(v)
-    nbytes = np.ones(n, dtype=np.int64)
-    for k in range(1, 10):
-        more = v >= np.uint64(1 << (7 * k))
-        if not more.any():
-            break
-        nbytes += more
-    width = int(nbytes.max()) if n else 1
-    shifts = np.arange(width, dtype=np.uint64) * np.uint64(7)
-    groups = ((v[:, None] >> shifts) & np.uint64(0x7F)).astype(np.uint8)
-    cols = np.arange(width)
-    groups |= np.where(cols[None, :] < (nbytes - 1)[:, None], np.uint8(0x80), np.uint8(0))
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    offsets[1:] = np.cumsum(nbytes)
-    return Encoded(offsets, groups[cols[None, :] < nbytes[:, None]])
 
 
 def _tag(number: int, wire: int) -> bytes:
@@ -101,7 +81,7 @@ class ProtobufEncoder:
         which rows those are."""
         if isinstance(array, pa.ChunkedArray):
             array = array.combine_chunks()
-        valid = _valid(array)
+        valid = valid_mask(array)
         rows = array if valid.all() else array.filter(pa.array(valid))
         body = self._encode(rows)
         if self.prefix:
@@ -145,7 +125,7 @@ class ProtobufEncoder:
         tag = _tag(field.number, wire)
 
         def single(a: pa.Array) -> Encoded:
-            valid = _valid(a)
+            valid = valid_mask(a)
             present = a if valid.all() else a.filter(pa.array(valid))
             body = join([const(tag, len(present)), values(present)])
             return body if valid.all() else expand(body, valid)
@@ -269,10 +249,9 @@ class ProtobufEncoder:
             return v
 
         if kind in (F.TYPE_SINT32, F.TYPE_SINT64):
-            def zigzag(a: pa.Array) -> Encoded:
-                v = checked(a).astype(np.int64)
-                return uvarints(((v << 1) ^ (v >> 63)).view(np.uint64))
-            return zigzag, VARINT
+            def zigzagged(a: pa.Array) -> Encoded:
+                return uvarints(zigzag(checked(a)))
+            return zigzagged, VARINT
         if kind in (F.TYPE_FIXED32, F.TYPE_SFIXED32):
             dtype = "<u4" if unsigned else "<i4"
             return (lambda a: fixed_width(checked(a).astype(dtype))), I32
@@ -358,7 +337,7 @@ def _nulls_emptied(a: pa.Array) -> pa.Array:
     """A list or map array whose null rows span no values (Arrow lets a null row keep a
     range; Spark writes none, but this encoder must not take its values as elements)."""
     starts = np.asarray(_np(a.offsets), dtype=np.int64)
-    valid = _valid(a)
+    valid = valid_mask(a)
     lens = np.diff(starts)
     if (lens[~valid] == 0).all():
         return a
