@@ -508,6 +508,20 @@ def write_batch(df, bootstrap, topic, **options):
     writer.save()
 
 
+def refuses_a_changed_type(df, bootstrap, topic, fmt, registry):
+    """A field whose type changes (long -> string) is refused by the registry, before any task:
+    the error names the subject and says incompatible. Returns the changed DataFrame."""
+    from pyspark.sql import functions as F
+
+    changed = df.withColumn("value", F.col("value").withField(
+        "customer", F.col("value.customer").cast("string")))
+    with pytest.raises(Exception) as refused:
+        write_batch(changed, bootstrap, topic, valueFormat=fmt, **registry)
+    text = str(refused.value)
+    assert f"subject '{topic}-value'" in text and "incompatible" in text, text
+    return changed
+
+
 def test_avro_write_reads_back_with_confluent_deserializer(spark, bootstrap_servers,
                                                            schema_registry, summary_lines):
     """A struct column written with valueFormat avro: the schema derived from its Spark type,
@@ -542,8 +556,6 @@ def test_avro_write_reads_back_with_confluent_deserializer(spark, bootstrap_serv
 
 def test_avro_write_evolves_compatibly_and_refuses_incompatible_schemas(
         spark, bootstrap_servers, schema_registry):
-    from pyspark.sql import functions as F
-
     topic = unique_topic_name("avroevolve")
     create_topic(bootstrap_servers, topic, partitions=1)
     registry = {"schema.registry.url": schema_registry}
@@ -554,13 +566,7 @@ def test_avro_write_evolves_compatibly_and_refuses_incompatible_schemas(
     write_batch(df2, bootstrap_servers, topic, valueFormat="avro", **registry)
     sr = SchemaRegistryClient({"url": schema_registry})
     assert sr.get_versions(f"{topic}-value") == [1, 2]
-    # A field whose type changes (long -> string) is refused by the registry, before any task.
-    df3 = df.withColumn("value", F.col("value").withField(
-        "customer", F.col("value.customer").cast("string")))
-    with pytest.raises(Exception) as refused:
-        write_batch(df3, bootstrap_servers, topic, valueFormat="avro", **registry)
-    text = str(refused.value)
-    assert f"subject '{topic}-value'" in text and "incompatible" in text, text
+    df3 = refuses_a_changed_type(df, bootstrap_servers, topic, "avro", registry)
     # Not allowed to register: a schema the subject lacks is an error; a registered one writes.
     with pytest.raises(Exception) as unregistered:
         write_batch(df3, bootstrap_servers, topic, valueFormat="avro",
@@ -630,12 +636,7 @@ def test_json_schema_write_reads_back_with_confluent_deserializer(
     assert latest.schema_type == "JSON"
     first = json.loads(sr.get_version(f"{topic}-value", 1).schema.schema_str)
     assert first["title"] == "com.example.Order" and first["additionalProperties"] is False
-    df3 = df.withColumn("value", F.col("value").withField(
-        "customer", F.col("value.customer").cast("string")))
-    with pytest.raises(Exception) as refused:
-        write_batch(df3, bootstrap_servers, topic, valueFormat="json", **registry)
-    text = str(refused.value)
-    assert f"subject '{topic}-value'" in text and "incompatible" in text, text
+    refuses_a_changed_type(df, bootstrap_servers, topic, "json", registry)
 
     names = [f.name for f in df.schema["value"].dataType.fields]
     want = {key: json_value(value, names) for key, value in rows}

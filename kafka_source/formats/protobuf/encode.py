@@ -39,17 +39,13 @@ VARINT, I64, LEN, I32 = 0, 1, 2, 5
 Values = Callable[[pa.Array], Encoded]    # non-null values -> their encodings (no tag)
 
 
+def _varint(value: int) -> bytes:
+    return bytes(uvarints(np.array([value], dtype=np.uint64)).data)
+
+
 def _tag(number: int, wire: int) -> bytes:
-    key = (number << 3) | wire
-    out = bytearray()
-    while True:
-        byte = key & 0x7F
-        key >>= 7
-        if key:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+    """A field's key: its number and wire type, as a varint."""
+    return _varint((number << 3) | wire)
 
 
 def _length_prefixed(body: Encoded) -> Encoded:
@@ -302,10 +298,7 @@ def index_bytes(desc) -> bytes:
     path = message_index(desc)
     if path == [0]:
         return b"\x00"
-    out = bytearray()
-    for v in [len(path)] + path:
-        out += bytes(uvarints(np.array([v << 1], dtype=np.uint64)).data)
-    return bytes(out)
+    return b"".join(_varint(v << 1) for v in [len(path)] + path)
 
 
 def _timestamp(a: pa.Array) -> Encoded:
