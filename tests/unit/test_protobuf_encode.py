@@ -256,3 +256,39 @@ def test_a_served_file_without_the_synthetic_oneofs_of_optional_fields_loads():
     desc = message_descriptor(text)
     assert desc.fields_by_name["a"].has_presence and not desc.fields_by_name["b"].has_presence
     assert [o.name for o in desc.oneofs] == ["_a"]
+
+
+def test_a_served_file_with_maps_written_as_text_loads_with_their_entries():
+    """Karapace 5.0.3 serializes a schema registered as .proto text with each map field typed
+    by the text 'map<K, V>' and no entry message; the loader builds the entries as protoc
+    would, so the field is a map (read and written as one)."""
+    import base64
+
+    file = descriptor_pb2.FileDescriptorProto(name="schema-1.proto", package="shop",
+                                              syntax="proto3")
+    msg = file.message_type.add(name="Order")
+    msg.field.add(name="id", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    msg.field.add(name="attrs", number=5, label=F.LABEL_OPTIONAL,
+                  type_name="map<string, int64>")                # as served
+    msg.field.add(name="ships", number=6, label=F.LABEL_OPTIONAL,
+                  type_name="map<int32, Address>")
+    addr = msg.nested_type.add(name="Address")
+    addr.field.add(name="city", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    text = schema_text([base64.b64encode(file.SerializeToString()).decode()], "")
+    st = T.StructType([T.StructField("id", T.StringType()),
+                       T.StructField("attrs", T.MapType(T.StringType(), T.LongType(), False)),
+                       T.StructField("ships", T.MapType(T.IntegerType(), T.StructType(
+                           [T.StructField("city", T.StringType())]), False))])
+    from kafka_source.formats.protobuf import protobuf_types
+
+    assert protobuf_types(text)[1].simpleString() == \
+        "struct<id:string,attrs:map<string,bigint>,ships:map<int,struct<city:string>>>"
+    arrow = spark_arrow_type(st)
+    rows = [{"id": "a", "attrs": {"x": 1, "y": -2}, "ships": {3: {"city": "Oslo"}}},
+            {"id": "b", "attrs": {}, "ships": {}}]
+    body, valid = ProtobufEncoder(message_descriptor(text), arrow).encode(pa.array(rows, arrow))
+    decoded = ProtobufColumnDecoder(text, framed=False).decode(body.to_arrow(valid))
+    assert not decoded.bad.any()
+    got = decoded.array.to_pylist()
+    assert [dict(r["attrs"]) for r in got] == [{"x": 1, "y": -2}, {}]
+    assert [dict(r["ships"]) for r in got] == [{3: {"city": "Oslo"}}, {}]

@@ -69,6 +69,7 @@ def message_descriptor(text: str):
         for dep in proto.dependency:
             _add_well_known(pool, default, dep)
         _restore_synthetic_oneofs(proto)
+        _restore_map_entries(proto)
         try:
             last = pool.Add(proto) or pool.FindFileByName(proto.name)
         except TypeError as e:
@@ -102,6 +103,48 @@ def _restore_synthetic_oneofs(proto) -> None:
             if field.proto3_optional and not field.HasField("oneof_index"):
                 field.oneof_index = len(message.oneof_decl)
                 message.oneof_decl.add(name=f"_{field.name}")
+        for nested in message.nested_type:
+            fix(nested)
+
+    for message in proto.message_type:
+        fix(message)
+
+
+_SCALARS = ("double", "float", "int32", "int64", "uint32", "uint64", "sint32", "sint64",
+            "fixed32", "fixed64", "sfixed32", "sfixed64", "bool", "string", "bytes")
+
+
+def _restore_map_entries(proto) -> None:
+    """A ``map<K, V>`` field is repeated entries of a nested ``<Field>Entry`` message (key 1,
+    value 2). Karapace 5.0.3 serializes a schema registered as ``.proto`` text with the field's
+    type left as the text ``map<string, int64>`` and no entry message, which the descriptor pool
+    cannot resolve: build the entry as protoc would."""
+    import re
+
+    from google.protobuf import descriptor_pb2
+
+    F = descriptor_pb2.FieldDescriptorProto
+    written = re.compile(r"^\s*map\s*<\s*([\w.]+)\s*,\s*([\w.]+)\s*>\s*$")
+
+    def typed(field, name: str) -> None:
+        if name in _SCALARS:
+            field.type = getattr(F, f"TYPE_{name.upper()}")
+        else:
+            field.type_name = name          # a message or an enum, resolved by the pool
+
+    def fix(message) -> None:
+        for field in message.field:
+            found = written.match(field.type_name) if field.type_name else None
+            if found is None:
+                continue
+            entry_name = "".join(p[:1].upper() + p[1:] for p in field.name.split("_")) + "Entry"
+            entry = message.nested_type.add(name=entry_name)
+            entry.options.map_entry = True
+            typed(entry.field.add(name="key", number=1, label=F.LABEL_OPTIONAL), found[1])
+            typed(entry.field.add(name="value", number=2, label=F.LABEL_OPTIONAL), found[2])
+            field.label = F.LABEL_REPEATED
+            field.type = F.TYPE_MESSAGE
+            field.type_name = entry_name
         for nested in message.nested_type:
             fix(nested)
 
