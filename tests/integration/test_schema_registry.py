@@ -1155,3 +1155,124 @@ def test_protobuf_write_reads_back_with_confluent_deserializer(
     assert "'value.note' is not a field of message shop.Order" in str(refused.value)
     summary_lines.append("schema registry: 300 + 100 Protobuf records written by the sink read "
                          "back by confluent-kafka's ProtobufDeserializer")
+
+
+PROTO_TEXT = """syntax = "proto3";
+package shop;
+
+import "google/protobuf/timestamp.proto";
+
+message Line {
+  string sku = 1;
+  optional int32 qty = 2;
+  map<string, int64> attrs = 3;
+  google.protobuf.Timestamp at = 4;
+  Kind kind = 5;
+  enum Kind { KIND_UNSPECIFIED = 0; RETAIL = 1; }
+}
+"""
+
+
+def line_class():
+    """shop.Line as protoc would generate it from PROTO_TEXT."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
+
+    F = descriptor_pb2.FieldDescriptorProto
+    file = descriptor_pb2.FileDescriptorProto(name="shop/line.proto", package="shop",
+                                              syntax="proto3")
+    file.dependency.append("google/protobuf/timestamp.proto")
+    msg = file.message_type.add(name="Line")
+    kind = msg.enum_type.add(name="Kind")
+    kind.value.add(name="KIND_UNSPECIFIED", number=0)
+    kind.value.add(name="RETAIL", number=1)
+    entry = msg.nested_type.add(name="AttrsEntry")
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    entry.field.add(name="value", number=2, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
+    msg.field.add(name="sku", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    msg.field.add(name="qty", number=2, type=F.TYPE_INT32, label=F.LABEL_OPTIONAL,
+                  proto3_optional=True, oneof_index=0)
+    msg.oneof_decl.add(name="_qty")
+    msg.field.add(name="attrs", number=3, type=F.TYPE_MESSAGE, label=F.LABEL_REPEATED,
+                  type_name=".shop.Line.AttrsEntry")
+    msg.field.add(name="at", number=4, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
+                  type_name=".google.protobuf.Timestamp")
+    msg.field.add(name="kind", number=5, type=F.TYPE_ENUM, label=F.LABEL_OPTIONAL,
+                  type_name=".shop.Line.Kind")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(descriptor_pb2.FileDescriptorProto.FromString(
+        timestamp_pb2.DESCRIPTOR.serialized_pb))
+    pool.Add(file)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Line"))
+
+
+def test_protobuf_schema_registered_as_proto_text_reads_and_writes(
+        spark, bootstrap_servers, schema_registry):
+    """A schema registered as .proto text (as Java producers and the registry's REST API
+    register it), with a map, an optional field, an enum and a Timestamp: records framed with
+    its id as Java's serializer frames them read back through pykafka, and the sink writes with
+    it (valueSchemaId) what confluent-kafka's deserializer reads. Karapace 5.0.3 serves this
+    file with its map as the text 'map<string, int64>' and without the optional field's oneof;
+    both used to make the file unloadable."""
+    import urllib.request
+
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
+
+    topic = unique_topic_name("prototext")
+    create_topic(bootstrap_servers, topic, partitions=1)
+    request = urllib.request.Request(
+        f"{schema_registry}/subjects/{topic}-value/versions", method="POST",
+        data=json.dumps({"schemaType": "PROTOBUF", "schema": PROTO_TEXT}).encode(),
+        headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
+    schema_id = json.loads(urllib.request.urlopen(request, timeout=30).read())["id"]
+    cls = line_class()
+    # The wire format as Java's serializer writes it with that schema: magic byte, the id,
+    # message index [0], the body (confluent-kafka's Python serializer parses a registered
+    # schema as a serialized file, and cannot use one registered as text).
+    frame = b"\x00" + struct.pack(">i", schema_id) + b"\x00"
+    producer = Producer({"bootstrap.servers": bootstrap_servers})
+    for i in range(60):
+        m = cls(sku=f"s-{i}", kind=i % 2)
+        if i % 3:
+            m.qty = i - 30
+        for j in range(i % 3):
+            m.attrs[f"k{j}"] = i * j
+        m.at.seconds, m.at.nanos = 1_700_000_000 + i, i * 1000
+        producer.produce(topic, key=f"s-{i}", value=frame + m.SerializeToString())
+    assert producer.flush(30) == 0
+    registry = {"schema.registry.url": schema_registry}
+    df = read_batch(spark, bootstrap_servers, topic, valueFormat="protobuf", **registry)
+    assert df.schema["value"].dataType.simpleString() == (
+        "struct<sku:string,qty:int,attrs:map<string,bigint>,at:timestamp,kind:string>")
+    got = {r.value.sku: r.value for r in df.select("value").collect()}
+    assert len(got) == 60
+    for i in range(60):
+        v = got[f"s-{i}"]
+        assert v.qty == (i - 30 if i % 3 else None)
+        assert dict(v.attrs or {}) == {f"k{j}": i * j for j in range(i % 3)}
+        assert v.kind == (None if i % 2 == 0 else "RETAIL")   # 0: unset, read as null
+    # the sink writes with the registered version, read back by confluent-kafka
+    out = unique_topic_name("prototext-out")
+    create_topic(bootstrap_servers, out, partitions=1)
+    write_batch(df.select("key", "value"), bootstrap_servers, out, valueFormat="protobuf",
+                valueSchemaId=schema_id, **registry)
+    de = ProtobufDeserializer(cls, {"use.deprecated.format": False})
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers,
+                         "group.id": unique_topic_name("pt"), "auto.offset.reset": "earliest"})
+    consumer.subscribe([out])
+    back, idle = {}, 0
+    while idle < 5 and len(back) < 60:
+        msg = consumer.poll(1.0)
+        if msg is None:
+            idle += 1
+            continue
+        assert msg.error() is None, msg.error()
+        m = de(msg.value(), SerializationContext(out, MessageField.VALUE))
+        back[m.sku] = m
+    consumer.close()
+    assert len(back) == 60
+    for i in range(60):
+        m = back[f"s-{i}"]
+        assert (m.qty if m.HasField("qty") else None) == (i - 30 if i % 3 else None)
+        assert dict(m.attrs) == {f"k{j}": i * j for j in range(i % 3)}
+        assert (m.at.seconds, m.at.nanos, m.kind) == (1_700_000_000 + i, i * 1000, i % 2)
