@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -187,6 +188,31 @@ def binary_bodies(array: pa.Array) -> Encoded:
     data = (np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None
             else np.zeros(0, dtype=np.uint8))
     return Encoded(offsets, data)
+
+
+class ColumnEncoder:
+    """What the three encoders share: a column's null rows are Kafka nulls, not values, so only
+    the other rows are encoded. A subclass sets ``_encode``: rows of the column without nulls ->
+    the parts of each row's body (:func:`join` puts them together)."""
+
+    _encode: "Callable[[pa.Array], list[Encoded]]"
+
+    def encode(self, array: pa.Array) -> tuple[Encoded, np.ndarray]:
+        """The bodies of the non-null rows of ``array`` (null rows empty), and which rows those
+        are."""
+        parts, valid = self.encode_parts(array)
+        return join(parts), valid
+
+    def encode_parts(self, array: pa.Array) -> tuple[list[Encoded], np.ndarray]:
+        """:meth:`encode` before the parts are joined: for a caller that puts more before each
+        body (the sink's framing) and joins once."""
+        if isinstance(array, pa.ChunkedArray):
+            array = array.combine_chunks()
+        valid = valid_mask(array)
+        if not valid.all():
+            parts = self._encode(array.filter(pa.array(valid)))
+            return [expand(p, valid) for p in parts], valid
+        return self._encode(array), valid
 
 
 def valid_mask(array: pa.Array) -> np.ndarray:

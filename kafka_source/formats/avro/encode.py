@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .schema import Node, arrow_type, non_null_branches
-from ..encoded import (EncodeError, Encoded, binary_bodies, const, expand, fixed_width, join,
+from ..encoded import (ColumnEncoder, EncodeError, Encoded, binary_bodies, const, expand, fixed_width, join,
                        uvarints, valid_mask, zigzag)
 
 
@@ -62,30 +62,13 @@ def _ints(array: pa.Array) -> np.ndarray:
 Encoder = Callable[[pa.Array], list[Encoded]]
 
 
-class AvroEncoder:
+class AvroEncoder(ColumnEncoder):
     """Encodes Arrow columns of one type with one writer schema; built once, used per batch."""
 
     def __init__(self, node: Node, arrow: pa.DataType, what: str = "value"):
         self.node = node
         self.what = what
         self._encode = self._compile(node, arrow, what)
-
-    def encode(self, array: pa.Array) -> tuple[Encoded, np.ndarray]:
-        """The bodies of the non-null rows of ``array`` (a null row is a Kafka null, not an Avro
-        value), and which rows those are."""
-        parts, valid = self.encode_parts(array)
-        return join(parts), valid
-
-    def encode_parts(self, array: pa.Array) -> tuple[list[Encoded], np.ndarray]:
-        """:meth:`encode` before the parts are joined: for a caller that puts more before each
-        body (the sink's framing) and joins once."""
-        if isinstance(array, pa.ChunkedArray):
-            array = array.combine_chunks()
-        valid = valid_mask(array)
-        if not valid.all():
-            parts = self._encode(array.filter(pa.array(valid)))
-            return [expand(p, valid) for p in parts], valid
-        return self._encode(array), valid
 
     # --- compiling the schema against the column's type ---------------------------------------
 

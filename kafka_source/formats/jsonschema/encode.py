@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..encoded import EncodeError, Encoded, binary_bodies, expand, valid_mask
+from ..encoded import ColumnEncoder, EncodeError, binary_bodies
 from .schema import JsonSchemaError, _resolve, parse_json_schema
 
 Texts = Callable[[pa.Array], pa.Array]      # an array -> its JSON texts (no nulls: "null")
@@ -137,31 +137,15 @@ def _json_type(t: pa.DataType) -> str:
     return "string"
 
 
-class JsonEncoder:
+class JsonEncoder(ColumnEncoder):
     """Writes Arrow columns of one type as JSON documents valid for one writer schema; built once
     (checking the column against the schema), used per batch."""
 
     def __init__(self, schema_text: str, arrow: pa.DataType, what: str = "value"):
         root = parse_json_schema(schema_text)
         self.what = what
-        self._texts = self._compile(_Node(root, root, what), arrow, what)
-
-    def encode(self, array: pa.Array) -> tuple[Encoded, np.ndarray]:
-        """The documents of the non-null rows of ``array`` (a null row is a Kafka null), and
-        which rows those are."""
-        if isinstance(array, pa.ChunkedArray):
-            array = array.combine_chunks()
-        valid = valid_mask(array)
-        if not valid.all():
-            return expand(binary_bodies(self._texts(array.filter(pa.array(valid)))), valid), \
-                valid
-        return binary_bodies(self._texts(array)), valid
-
-    def encode_parts(self, array: pa.Array) -> tuple[list[Encoded], np.ndarray]:
-        """:meth:`encode` as the sink takes it: the bodies as the one part of each row (the
-        sink puts the wire format's header before it and copies each row once)."""
-        body, valid = self.encode(array)
-        return [body], valid
+        texts = self._compile(_Node(root, root, what), arrow, what)
+        self._encode = lambda rows: [binary_bodies(texts(rows))]     # a document per row
 
     # --- compiling the schema against the column's type ---------------------------------------
 

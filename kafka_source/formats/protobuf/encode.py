@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..encoded import (EncodeError, Encoded, binary_bodies, const, expand, fixed_width, join,
+from ..encoded import (ColumnEncoder, EncodeError, Encoded, binary_bodies, const, expand, fixed_width, join,
                        uvarints, valid_mask, zigzag)
 from .schema import TIMESTAMP, is_map, repeated
 
@@ -60,7 +60,7 @@ def _first_row(mask: np.ndarray) -> int:
     return int(np.flatnonzero(mask)[0])
 
 
-class ProtobufEncoder:
+class ProtobufEncoder(ColumnEncoder):
     """Encodes Arrow columns of one type as one message type; built once, used per batch.
     ``prefix`` is written before each body (the wire format's message indexes)."""
 
@@ -69,26 +69,11 @@ class ProtobufEncoder:
             raise EncodeError(f"'{what}' is {arrow}, and a Protobuf value is a message: write "
                               "a struct column")
         self.desc = desc
-        self.prefix = prefix
-        self._encode = self._message(desc, arrow, what)
-
-    def encode(self, array: pa.Array) -> tuple[Encoded, np.ndarray]:
-        """The messages of the non-null rows of ``array`` (a null row is a Kafka null), and
-        which rows those are."""
-        if isinstance(array, pa.ChunkedArray):
-            array = array.combine_chunks()
-        valid = valid_mask(array)
-        rows = array if valid.all() else array.filter(pa.array(valid))
-        body = self._encode(rows)
-        if self.prefix:
-            body = join([const(self.prefix, len(rows)), body])
-        return (body if valid.all() else expand(body, valid)), valid
-
-    def encode_parts(self, array: pa.Array) -> tuple[list[Encoded], np.ndarray]:
-        """:meth:`encode` as the sink takes it: the bodies as the one part of each row (the
-        sink puts the wire format's header before it and copies each row once)."""
-        body, valid = self.encode(array)
-        return [body], valid
+        message = self._message(desc, arrow, what)
+        if prefix:
+            self._encode = lambda rows: [const(prefix, len(rows)), message(rows)]
+        else:
+            self._encode = lambda rows: [message(rows)]
 
     # --- compiling the message against the column's type ---------------------------------------
 
