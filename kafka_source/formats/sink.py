@@ -46,13 +46,12 @@ import numpy as np
 import pyarrow.compute as pc
 
 from ..errors import ColumnError, OptionError
-from .options import NAMES, STRATEGIES, inline_protobuf, option_of, registry_protobuf
+from .options import (NAMES, SCHEMA_TYPES, STRATEGIES, inline_protobuf, option_of,
+                      registry_protobuf)
 from .registry import (RegistryError, RegistrySettings, RegistryUnavailableError, client_for,
                        registry_settings)
 
 WRITE_FORMATS = ("binary", "avro", "json", "protobuf")
-LABELS = {"avro": "Avro", "json": "JSON Schema", "protobuf": "Protobuf"}
-REGISTRY_TYPES = {"avro": "AVRO", "json": "JSON", "protobuf": "PROTOBUF"}
 DEFAULT_RECORD_NAME = "topLevelRecord"
 
 
@@ -188,7 +187,7 @@ def parse_sink_formats(opts: Mapping[str, str]) -> SinkFormats:
             try:
                 _parse(fmt, inline)
             except ValueError as e:
-                raise OptionError(f"Option '{column}Schema' ({LABELS[fmt]}): {e}") from None
+                raise OptionError(f"Option '{column}Schema' ({NAMES[fmt]}): {e}") from None
         found[column] = ColumnEncoding(
             column=column, format=fmt, registry=registry, inline_schema=inline,
             record_name=record_name, message_name=given.get("MessageName"),
@@ -290,7 +289,7 @@ def plan(formats: SinkFormats, schema, topic_option: str | None) -> SinkFormats:
         fields.setdefault(f.name, f)
     planned = {}
     for enc in formats.columns():
-        label = LABELS[enc.format]
+        label = NAMES[enc.format]
         field = fields.get(enc.column)
         if field is None:
             if enc.column == "key":
@@ -358,7 +357,8 @@ def subject_of(enc: ColumnEncoding, topic: str, schema_text: str | None) -> str:
     if not record:
         raise OptionError(f"'{enc.column}SubjectNameStrategy' {enc.strategy} names the subject "
                           "by the record's full name, and the writer schema names no record "
-                          f"(an Avro record's name, a JSON Schema's title): set "
+                          f"(an Avro record's name, a JSON Schema's title, a Protobuf "
+                          f"message's name): set "
                           f"'{enc.column}RecordName' or '{enc.column}Subject'.")
     return record if enc.strategy == "RecordNameStrategy" else f"{topic}-{record}"
 
@@ -379,7 +379,7 @@ def settle(enc: ColumnEncoding, topic: str) -> tuple[int, str]:
             _check_type(found.schema_type, enc, f"subject {subject!r}")
             return found.id, _writer_text(client, enc, found.id, found.schema)
         subject = subject_of(enc, topic, enc.writer_schema)
-        kind = REGISTRY_TYPES[enc.format]
+        kind = SCHEMA_TYPES[enc.format]
         registered = _registered_form(enc)
         if enc.auto_register:
             return client.register(subject, registered, kind), enc.writer_schema
@@ -425,8 +425,8 @@ def _registered_form(enc: ColumnEncoding) -> str:
 
 
 def _check_type(schema_type: str, enc: ColumnEncoding, where: str) -> None:
-    if (schema_type or "AVRO").upper() != REGISTRY_TYPES[enc.format]:
-        raise RegistryError(f"{where} is a {schema_type} schema, not {LABELS[enc.format]}")
+    if (schema_type or "AVRO").upper() != SCHEMA_TYPES[enc.format]:
+        raise RegistryError(f"{where} is a {schema_type} schema, not {NAMES[enc.format]}")
 
 
 def _refusal(enc: ColumnEncoding, topic: str, subject: str | None, e: RegistryError) -> str:
@@ -542,7 +542,7 @@ class BatchEncoder:
                     where = (f"topic '{self.topic_option}'" if self.topic_option
                              else "the batch's topics")
                     raise ColumnError(f"Column '{enc.column}' can't be written as "
-                                      f"{LABELS[enc.format]} to {where}: {e}.") from None
+                                      f"{NAMES[enc.format]} to {where}: {e}.") from None
                 pieces.append((rows, body, valid))
             out = _assemble(pieces, ids, batch.num_rows, framed=enc.registry is not None)
             columns[enc.column] = out
