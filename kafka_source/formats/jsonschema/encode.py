@@ -73,23 +73,20 @@ class _Node:
     one of them, its object properties and whether others are allowed, its items, its enum."""
 
     def __init__(self, schema, root: dict, where: str, seen: tuple = ()):
-        if schema is True or schema == {}:
+        if schema is True:
             schema = {}
         if not isinstance(schema, dict):
             raise JsonSchemaError(f"{where}: a schema is a JSON object")
         schema, seen = _resolve(schema, root, where, seen)
-        self.where = where
         alternatives = schema.get("oneOf") or schema.get("anyOf")
         if alternatives:
             nodes = [_Node(s, root, where, seen) for s in alternatives]
-            self.allows_null = any(n.types is not None and "null" in n.types for n in nodes)
-            others = [n for n in nodes if not (n.types == {"null"})]
+            others = [n for n in nodes if n.types != {"null"}]
             if len(others) == 1:
-                o = others[0]
-                self.types, self.props, self.extra_ok, self.required, self.items, \
-                    self.extra, self.enum = (o.types, o.props, o.extra_ok, o.required, o.items,
-                                             o.extra, o.enum)
-                self.allows_null = self.allows_null or o.allows_null
+                # the one non-null alternative, made nullable when another one is null
+                vars(self).update(vars(others[0]))
+                if any(n.types is not None and "null" in n.types for n in nodes):
+                    self.allows_null = True
                 if self.types is not None and self.allows_null:
                     self.types = self.types | {"null"}
                 return
