@@ -861,12 +861,24 @@ def test_registry_down_while_a_stream_runs(spark, bootstrap_servers, schema_regi
 
 # --- Protobuf ------------------------------------------------------------------------------------
 
+def generated_class(file, message: str):
+    """The class protoc would generate for ``message`` of ``file`` (a FileDescriptorProto that
+    may import Google's Timestamp)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
+
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(descriptor_pb2.FileDescriptorProto.FromString(
+        timestamp_pb2.DESCRIPTOR.serialized_pb))
+    pool.Add(file)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(message))
+
+
 def protobuf_classes(version: int):
     """Order messages as protoc would generate them, built from descriptors: shop/order.proto
     (importing Google's Timestamp), version 2 with one more field. (An import of another
     subject's file -- a schema reference -- is not tested against Karapace 5.0.3, which
     answers HTTP 500 when asked for such a schema serialized.)"""
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
+    from google.protobuf import descriptor_pb2
 
     F = descriptor_pb2.FieldDescriptorProto
     order = descriptor_pb2.FileDescriptorProto(name="shop/order.proto", package="shop",
@@ -900,11 +912,7 @@ def protobuf_classes(version: int):
     entry.field.add(name="value", number=2, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
     msg.field.add(name="attrs", number=30, type=F.TYPE_MESSAGE, label=F.LABEL_REPEATED,
                   type_name=".shop.Order.AttrsEntry")
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(descriptor_pb2.FileDescriptorProto.FromString(
-        timestamp_pb2.DESCRIPTOR.serialized_pb))
-    pool.Add(order)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Order"))
+    return generated_class(order, "shop.Order")
 
 
 def proto_order(cls, i: int, version: int):
@@ -1175,7 +1183,7 @@ message Line {
 
 def line_class():
     """shop.Line as protoc would generate it from PROTO_TEXT."""
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
+    from google.protobuf import descriptor_pb2
 
     F = descriptor_pb2.FieldDescriptorProto
     file = descriptor_pb2.FileDescriptorProto(name="shop/line.proto", package="shop",
@@ -1199,11 +1207,7 @@ def line_class():
                   type_name=".google.protobuf.Timestamp")
     msg.field.add(name="kind", number=5, type=F.TYPE_ENUM, label=F.LABEL_OPTIONAL,
                   type_name=".shop.Line.Kind")
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(descriptor_pb2.FileDescriptorProto.FromString(
-        timestamp_pb2.DESCRIPTOR.serialized_pb))
-    pool.Add(file)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Line"))
+    return generated_class(file, "shop.Line")
 
 
 def test_protobuf_schema_registered_as_proto_text_reads_and_writes(
