@@ -6,6 +6,10 @@
   values (a few event types, 64 users, a timestamp that moves slowly; a 1000-byte event carries
   a list of items from a catalogue of six) (``json_pool``); lz4 shrinks a batch of 100-byte
   events about 6.5x and of 1000-byte ones about 9x, zstd about 13x.
+* ``repeat``: the same few JSON events over and over (``repeat_pool``: ``json_pool``'s first
+  ``REPEAT_DISTINCT`` events, cycled), as a topic of status or heartbeat messages carries them;
+  lz4 shrinks a 1 MB producer batch of 100-byte values tens of times (issue 38's "highly
+  compressible" stream), so a fetch of 1 MiB expands to tens of MiB of records.
 
 Every value of a pool is exactly ``size`` bytes, so a workload's value bytes are
 ``records x size`` whatever the kind.
@@ -15,7 +19,8 @@ from __future__ import annotations
 
 import random
 
-VALUE_KINDS = ("random", "json")
+VALUE_KINDS = ("random", "json", "repeat")
+REPEAT_DISTINCT = 4
 
 _WORDS = ("view click cart buy search home product checkout login logout mobile web "
           "desktop promo email banner organic paid referral direct sale return refund "
@@ -76,10 +81,18 @@ def json_pool(size: int, count: int, seed: int = 20260102) -> list[bytes]:
     return pool
 
 
+def repeat_pool(size: int, count: int) -> list[bytes]:
+    """``count`` values of exactly ``size`` bytes that are ``REPEAT_DISTINCT`` events cycled."""
+    distinct = json_pool(size, min(count, REPEAT_DISTINCT))
+    return [distinct[i % len(distinct)] for i in range(count)]
+
+
 def value_pool(kind: str, size: int, count: int) -> list[bytes]:
     """The values of a workload of this kind (``VALUE_KINDS``)."""
     if kind == "random":
         return payload_pool(size, count)
     if kind == "json":
         return json_pool(size, count)
+    if kind == "repeat":
+        return repeat_pool(size, count)
     raise ValueError(f"unknown value kind {kind!r}; valid: {', '.join(VALUE_KINDS)}")

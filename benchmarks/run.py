@@ -102,7 +102,9 @@ RATIO_TARGET = 1.0          # pykafka local[2] records/s over confluent-kafka's
 # Issue 9's targets against the best of Spark's JVM source (plain, tuned), per workload: batch
 # reads >= 1.2x, streams >= 1.0x at maxOffsetsPerTrigger=20,000 and >= 1.2x at 100,000.
 JVM_TARGETS = {"batch-lz4": 1.2, "batch-none": 1.2, "batch-1partition": 1.2,
-               "stream-20k": 1.0, "stream-100k": 1.2}
+               "stream-20k": 1.0, "stream-100k": 1.2,
+               # issue 38 item 5: the same streams over an lz4 topic of repeating values
+               "stream-lz4-20k": 1.0, "stream-lz4-100k": 1.2}
 RATIO_CODECS = ("none", "lz4")
 FLOOR_TARGET = 0.9          # batch reads: pykafka / the floor (median of paired rounds)
 RSS_TARGET_MB = 512.0       # executor-side Python, one 1 GB partition
@@ -116,6 +118,11 @@ TANSU_NOTE = ("INDICATIVE ONLY: the embedded Tansu broker shares the cores with 
               "clients and is not Kafka; set KAFKA_BOOTSTRAP_SERVERS or KAFKA_HOME for real figures")
 STREAM_LIMITS = (20_000, 100_000)     # maxOffsetsPerTrigger of the stream workloads
 ANCHOR_WORKLOADS = ("batch-lz4", "batch-none", "batch-1partition", "stream-20k", "stream-100k")
+# Value kinds that measure one thing only: ``repeat`` (values lz4 shrinks tens of times) is there
+# for the lz4 streams of issue 38 item 5, so by default it fills only the lz4 topic and runs the
+# lz4 streams and the lz4 batch read (``--workloads`` / ``--codecs`` given explicitly win).
+KIND_DEFAULTS = {"repeat": {"codecs": ("lz4",),
+                            "workloads": ("batch-lz4", "stream-lz4-20k", "stream-lz4-100k")}}
 JVM_VARIANTS = ("plain", "tuned")
 FLOOR = "floor"
 # The brokers of --brokers: version -> (where its distribution is looked for, ZooKeeper mode).
@@ -458,18 +465,27 @@ class AnchorWorkload:
         return (self.mode, tuple(sorted(w.counts.items())), w.size, self.max_offsets)
 
 
+def stream_names(limits: tuple[int, ...]) -> tuple[str, ...]:
+    """``stream-N`` reads the uncompressed topic, ``stream-lz4-N`` the lz4 one."""
+    return tuple(f"stream-{prefix}{count_label(n)}" for prefix in ("", "lz4-") for n in limits)
+
+
 def anchor_workloads(workloads: list[Workload], big: Workload | None,
                      limits: tuple[int, ...], only: tuple[str, ...] | None = None
                      ) -> list[AnchorWorkload]:
+    """The comparison's workloads over these topics; ``only`` None: the default set (the five
+    of issue 9)."""
     by_codec = {w.codec: w for w in workloads}
     out = [AnchorWorkload(f"batch-{c}", "batch", by_codec[c]) for c in ("lz4", "none")
            if c in by_codec]
     if big is not None:
         out.append(AnchorWorkload("batch-1partition", "batch", big))
-    if "none" in by_codec:
-        out += [AnchorWorkload(f"stream-{count_label(n)}", "stream", by_codec["none"], n)
-                for n in limits]
-    return [a for a in out if only is None or a.name in only]
+    for codec, prefix in (("none", ""), ("lz4", "lz4-")):
+        if codec in by_codec:
+            out += [AnchorWorkload(f"stream-{prefix}{count_label(n)}", "stream", by_codec[codec],
+                                   n) for n in limits]
+    chosen = ANCHOR_WORKLOADS[:3] + stream_names(limits)[:len(limits)] if only is None else only
+    return [a for a in out if a.name in chosen]
 
 
 def compare_with_jvm(spark, bootstrap: str, todo: list[AnchorWorkload], results: list[dict],
@@ -1037,12 +1053,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--values", default=",".join(VALUE_KINDS),
                     help="kinds of record values, a set of topics each: random (JSON-like text "
                          "with random numbers and words, lz4 ~2x), json (JSON events with "
-                         "repeated fields and few distinct values, lz4 ~6-9x) "
-                         "(default random,json)")
+                         "repeated fields and few distinct values, lz4 ~6-9x), repeat (four "
+                         "such events cycled, ~19x: only the lz4 topic and its batch read and "
+                         "streams, unless --codecs / --workloads are given) "
+                         "(default random,json,repeat)")
     ap.add_argument("--workloads", default=None,
                     help="the comparison's workloads (floor, pykafka, JVM source), a subset of "
-                         + ",".join(ANCHOR_WORKLOADS) + " (stream-N follows --stream-limits) "
-                         "(default all; --quick batch-lz4,stream-20k)")
+                         + ",".join(ANCHOR_WORKLOADS) + ",stream-lz4-20k,stream-lz4-100k "
+                         "(stream-N and stream-lz4-N follow --stream-limits; stream-lz4-N reads "
+                         "the lz4 topic) (default: the five before stream-lz4, and for the "
+                         "repeat values batch-lz4 and stream-lz4-N; --quick batch-lz4,stream-20k)")
     ap.add_argument("--floor", choices=("on", "off"), default="on",
                     help="measure the floor, a Python data source without Kafka yielding "
                          "pykafka's rows (default on)")
@@ -1124,6 +1144,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.memory_records = 100_000 if args.quick else 1_000_000
     if args.runs is None:
         args.runs = 1 if args.quick else 3
+    args.codecs_given = args.codecs is not None
+    args.workloads_given = args.workloads is not None
     if args.codecs is None:
         args.codecs = "none,lz4" if args.quick else "none,lz4,zstd,gzip"
     if args.workloads is None:
@@ -1164,7 +1186,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.masters = [m.strip() for m in args.masters.split(",") if m.strip()]
     args.extra_options = dict(o.split("=", 1) for o in args.option)
     args.stream_limits = tuple(int(n) for n in args.stream_limits.split(",") if n.strip())
-    valid = ANCHOR_WORKLOADS[:3] + tuple(f"stream-{count_label(n)}" for n in args.stream_limits)
+    valid = ANCHOR_WORKLOADS[:3] + stream_names(args.stream_limits)
     for option, names in (("--workloads", args.workloads),
                           ("--jvm-workloads", args.jvm_workloads)):
         bad = set(names or ()) - set(valid)
@@ -1273,6 +1295,18 @@ class Bench:
         finally:
             broker.stop()
 
+    def kind_defaults(self, values: str) -> tuple[list[str], tuple[str, ...] | None]:
+        """The codecs and comparison workloads of a value kind: ``KIND_DEFAULTS`` unless
+        ``--codecs`` / ``--workloads`` were given."""
+        args, defaults = self.args, KIND_DEFAULTS.get(values, {})
+        codecs = args.codecs
+        if "codecs" in defaults and not args.codecs_given:
+            codecs = [c for c in args.codecs if c in defaults["codecs"]] or list(defaults["codecs"])
+        only = args.workloads
+        if "workloads" in defaults and not args.workloads_given:
+            only = defaults["workloads"]
+        return codecs, only
+
     def workload_sets(self, bootstrap: str, label: str) -> dict:
         """Per value kind: the codec workloads, the one-partition workload (or None) and the
         comparison's workloads, with their topics ready."""
@@ -1283,11 +1317,12 @@ class Bench:
         existing = existing_topics(bootstrap)
         sets = {}
         for values in args.values:
+            codecs, only = self.kind_defaults(values)
             workloads = [Workload(c, c, args.records, args.size, args.partitions, values, label)
-                         for c in args.codecs]
+                         for c in codecs]
             big = Workload("memory", "none", args.memory_records, args.memory_size, 1, values,
-                           label) if need_big else None
-            todo = anchor_workloads(workloads, big, args.stream_limits, args.workloads) \
+                           label) if need_big and values not in KIND_DEFAULTS else None
+            todo = anchor_workloads(workloads, big, args.stream_limits, only) \
                 if self.compare else []
             for w in workloads + ([big] if big else []):
                 prepare_topic(bootstrap, w, existing)
