@@ -89,6 +89,51 @@ _RECHECK_MS = 2_000              # one more look, at a freshly looked-up leader,
 _FIRST_REQUEST_BYTES = 1 << 20
 
 
+# Arrow batches smaller than this are put together before they go to Spark (``coalesce``).
+_COALESCE_BYTES = 1 << 20
+
+
+def coalesce(batches: Iterable[pa.RecordBatch],
+             max_bytes: int | None = None) -> Iterator[pa.RecordBatch]:
+    """The same rows in the same order, with runs of small batches joined into one.
+
+    A task over many partitions that each got a few records (a trickle over hundreds of
+    partitions) decodes one small batch per partition and response. Spark pays for every
+    batch it receives from a Python worker (an Arrow IPC message, and a conversion per batch
+    on its side), so a micro-batch of 200 records over 100 partitions cost about 230 ms in
+    ``addBatch`` as 100 batches. Small batches are held until they add up to ``max_bytes``
+    (or the task's records end) and go as one; a batch of ``max_bytes`` or more goes as it is,
+    after what was held. Nothing is held beyond ``max_bytes`` (default ``_COALESCE_BYTES``):
+    a read's large batches (a response's worth of a partition) go to Spark as soon as they
+    are decoded, as before."""
+    if max_bytes is None:
+        max_bytes = _COALESCE_BYTES
+    held: list[pa.RecordBatch] = []
+    size = 0
+    for batch in batches:
+        if batch.nbytes >= max_bytes:
+            if held:
+                yield _joined(held)
+                held, size = [], 0
+            yield batch
+            continue
+        held.append(batch)
+        size += batch.nbytes
+        if size >= max_bytes:
+            yield _joined(held)
+            held, size = [], 0
+    if held:
+        yield _joined(held)
+
+
+def _joined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    if len(batches) == 1:
+        return batches[0]
+    if hasattr(pa, "concat_batches"):            # pyarrow 19+
+        return pa.concat_batches(batches)
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+
+
 @dataclass(frozen=True)
 class FetchSettings:
     read_committed: bool
@@ -100,6 +145,9 @@ class FetchSettings:
     retry_backoff_ms: int
     poll_timeout_ms: int
     fail_on_data_loss: bool
+    # kafka.metadata.max.age.ms: leaders an earlier task of this worker looked up are used
+    # for at most this long (BrokerClient.cached_leaders)
+    leader_max_age_ms: int = 300_000
 
     @classmethod
     def from_config(cls, config: Mapping[str, object], *, poll_timeout_ms: int,
@@ -114,6 +162,7 @@ class FetchSettings:
             retry_backoff_ms=int(config["retry_backoff_ms"]),
             poll_timeout_ms=poll_timeout_ms,
             fail_on_data_loss=fail_on_data_loss,
+            leader_max_age_ms=int(config.get("metadata_max_age_ms", 300_000)),
         )
 
 
@@ -197,8 +246,8 @@ class RangeFetcher:
                                    topic=r.topic, partition=r.partition,
                                    include_headers=include_headers)
 
-        for batches in self._read(_as_list(ranges), decode):
-            yield from batches
+        yield from coalesce(batch for batches in self._read(_as_list(ranges), decode)
+                            for batch in batches)
 
     # --- the loop --------------------------------------------------------------------------
 
@@ -243,6 +292,12 @@ class RangeFetcher:
         now = time.monotonic()
         ready = [st for st in parts.values() if st.retry_at <= now]
         missing = [st for st in ready if st.tp not in self._leaders]
+        if missing:
+            # Leaders an earlier task of this worker looked up (until one proves wrong).
+            known = self.client.cached_leaders([st.tp for st in missing],
+                                               self.settings.leader_max_age_ms)
+            self._leaders.update(known)
+            missing = [st for st in missing if st.tp not in known]
         if missing:
             try:
                 self._leaders.update(self.client.leaders([st.tp for st in missing]))
@@ -408,12 +463,17 @@ class RangeFetcher:
         raise TopicError(f"Fetching {r.topic}-{r.partition} at offset {st.position} failed: "
                          f"{err.__name__} ({getattr(err, 'description', '')}).")
 
+    def _forget_leader(self, st: _Partition) -> None:
+        """Look ``st``'s leader up before it is fetched again (not from the worker's cache)."""
+        self._leaders.pop(st.tp, None)
+        self.client.forget_leaders([st.r.topic])
+
     def _failed(self, group: list[_Partition], why: str) -> None:
         """A retriable failure for these partitions: look their leader up again and back off;
         give up on a partition that has made no progress for ``pollTimeoutMs``."""
         s = self.settings
         for st in group:
-            self._leaders.pop(st.tp, None)
+            self._forget_leader(st)
             st.failures += 1
             if st.deadline.passed:
                 raise KafkaSourceError(
@@ -466,7 +526,7 @@ class RangeFetcher:
                 # broker may be behind the new leader. Ask for the leader again and fetch once
                 # more, for a short while, before the offsets are called missing.
                 st.rechecked = True
-                self._leaders.pop(st.tp, None)
+                self._forget_leader(st)
                 st.deadline.at = time.monotonic() + min(s.poll_timeout_ms, _RECHECK_MS) / 1000
                 continue
             r = st.r

@@ -16,6 +16,8 @@ only for the first partition that returns data, as Kafka does; otherwise always.
 
 from __future__ import annotations
 
+import time
+
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -76,6 +78,8 @@ class FakeCluster:
         # epoch_requests records each call's {tp: epoch asked}.
         self.epoch_api = True
         self.epoch_requests: list[dict] = []
+        self._leader_cache: dict = {}     # BrokerClient's, filled by leaders() as it fills it
+        self.leader_lookups: list[list] = []           # the partitions of each leaders() call
 
     def hw(self, tp) -> int:
         log = self.logs[tp]
@@ -119,9 +123,18 @@ class FakeCluster:
             if (topic, partition) not in self.logs:   # as BrokerClient.leaders answers it
                 raise TopicNotFoundError(f"Topic '{topic}' does not exist on the Kafka cluster "
                                          f"at '{self.bootstrap_servers}'.")
+        self.leader_lookups.append(list(tps))
         result = {tp: self.leaders_by_partition.get(tp, self.leader) for tp in tps}
         self.view.check_epochs(self.leader, {tp: self.epochs.get(tp, -1) for tp in tps})
+        now = time.monotonic()
+        for topic in {t for t, _ in tps}:
+            self._leader_cache[topic] = (now, {p: self.leaders_by_partition.get((t, p), self.leader)
+                                               for t, p in self.logs if t == topic})
         return result
+
+    # The real cache over what leaders() answered (a worker's later tasks start from it).
+    cached_leaders = BrokerClient.cached_leaders
+    forget_leaders = BrokerClient.forget_leaders
 
     def fetch_connections(self):
         if self._connections is None:

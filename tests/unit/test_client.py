@@ -15,6 +15,7 @@ from kafka_source.wire.net.client import BrokerClient, Retries, RetriableBrokerE
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 LEADER_NOT_AVAILABLE = 5
+NOT_LEADER_FOR_PARTITION = 6
 TOPIC_AUTHORIZATION_FAILED = 29
 
 THREE_BROKERS = ((1, "127.0.0.1", 9092), (2, "127.0.0.1", 9093), (3, "127.0.0.1", 9094))
@@ -277,12 +278,12 @@ def epoch_end_answer(*partitions, version=2):
     return R.decode(response.encode(), version=version)
 
 
-def list_offsets_answer(offset, epoch, version=4):
+def list_offsets_answer(offset, epoch, version=4, error=0):
     from kafka.protocol.consumer import ListOffsetsResponse as R
 
     T = R.ListOffsetsTopicResponse
     response = R(version=version, throttle_time_ms=0, topics=[T(name="t", partitions=[
-        T.ListOffsetsPartitionResponse(partition_index=0, error_code=0, timestamp=-1,
+        T.ListOffsetsPartitionResponse(partition_index=0, error_code=error, timestamp=-1,
                                        offset=offset, leader_epoch=epoch)])])
     return R.decode(response.encode(), version=version)
 
@@ -293,6 +294,35 @@ def test_list_offsets_gives_the_leader_epoch_of_each_offset():
     assert client.list_offsets({("t", 0): -1}, read_committed=False, epochs=epochs) == {
         ("t", 0): (42, -1)}
     assert epochs == {("t", 0): 6}
+
+
+def test_list_offsets_right_after_metadata_routes_by_that_answer():
+    # A trigger: the topics' metadata, then their latest offsets -- one Metadata request, not two.
+    client = Scripted(answer({"t": 0}, epoch=6), list_offsets_answer(42, 6))
+    client.topic_metadata(["t"], NO_WAIT)
+    assert client.list_offsets({("t", 0): -1}, read_committed=False) == {("t", 0): (42, -1)}
+    assert client.sent == 2
+    assert client.nodes[1] == 1                        # the partition's leader in that answer
+
+
+def test_list_offsets_looks_the_leaders_up_when_the_answer_is_old(monkeypatch):
+    from kafka_source.wire.net import client as client_module
+
+    client = Scripted(answer({"t": 0}), answer({"t": 0}), list_offsets_answer(42, 0))
+    client.topic_metadata(["t"], NO_WAIT)
+    monkeypatch.setattr(client_module, "_FRESH_LEADERS_S", -1.0)
+    assert client.list_offsets({("t", 0): -1}, read_committed=False) == {("t", 0): (42, -1)}
+    assert client.sent == 3
+
+
+def test_list_offsets_after_not_leader_looks_the_leaders_up_before_retrying():
+    client = Scripted(answer({"t": 0}, epoch=6),
+                      list_offsets_answer(-1, -1, error=NOT_LEADER_FOR_PARTITION),
+                      answer({"t": 0}, epoch=7), list_offsets_answer(42, 7))
+    client.topic_metadata(["t"], NO_WAIT)
+    assert client.list_offsets({("t", 0): -1}, read_committed=False, retries=NO_WAIT) == {
+        ("t", 0): (42, -1)}
+    assert client.sent == 4                            # metadata, refused, metadata, answer
 
 
 def test_epoch_end_offsets_asks_the_leader_with_the_current_epoch():

@@ -262,7 +262,9 @@ def test_partitions_without_news_are_left_out_of_incremental_responses():
     assert len(got) == 60
 
 
-def test_next_request_is_sent_before_decoding_and_no_request_is_left_over():
+def test_next_request_is_sent_before_decoding_and_no_request_is_left_over(monkeypatch):
+    # Every Arrow batch goes out as decoded (small ones are otherwise held: coalesce, below).
+    monkeypatch.setattr(fetcher_module, "_COALESCE_BYTES", 1)
     cluster = multi_cluster(n_partitions=2)
     fetcher = RangeFetcher(cluster, settings(partition_max_bytes=300))
     ranges = [OffsetRange("t", 0, 0, 50), OffsetRange("t", 1, 0, 50)]
@@ -513,3 +515,91 @@ def test_ranges_planned_in_the_new_epoch_or_without_one_read_as_before():
     assert read_offsets(cluster, OffsetRange("t", 0, 2, 12)) == list(range(2, 12))
     # Records of the planned epoch and older only: nothing to report.
     assert read_offsets(cluster, OffsetRange("t", 0, 0, 6, epoch=3)) == list(range(6))
+
+
+# --- coalesce: small Arrow batches go to Spark together ------------------------------------
+
+def _arrow_batches(sizes, width=10):
+    import pyarrow as pa
+
+    schema = pa.schema([pa.field("offset", pa.int64(), nullable=False),
+                        pa.field("value", pa.binary(), nullable=True)])
+    out, start = [], 0
+    for n in sizes:
+        out.append(pa.RecordBatch.from_arrays(
+            [pa.array(range(start, start + n), pa.int64()),
+             pa.array([b"x" * width] * n, pa.binary())], schema=schema))
+        start += n
+    return out
+
+
+def test_coalesce_joins_runs_of_small_batches_in_order_and_keeps_the_schema():
+    batches = _arrow_batches([2] * 100)
+    out = list(fetcher_module.coalesce(batches, max_bytes=1 << 20))
+    assert len(out) == 1
+    assert out[0].schema.equals(batches[0].schema)          # nullability included
+    assert out[0].column("offset").to_pylist() == list(range(200))
+
+
+def test_coalesce_flushes_at_the_limit_and_passes_large_batches_through_after_the_held_ones():
+    small = _arrow_batches([3] * 10)
+    limit = 4 * small[0].nbytes
+    out = list(fetcher_module.coalesce(small, max_bytes=limit))
+    assert [b.num_rows for b in out] == [12, 12, 6]
+    assert [o for b in out for o in b.column("offset").to_pylist()] == list(range(30))
+    mixed = _arrow_batches([1, 1, 500, 1])
+    big = mixed[2]
+    out = list(fetcher_module.coalesce(mixed, max_bytes=big.nbytes))
+    assert [b.num_rows for b in out] == [2, 500, 1]
+    assert out[1] is big                                       # not copied
+    assert [o for b in out for o in b.column("offset").to_pylist()] == list(range(503))
+
+
+def test_coalesce_without_pyarrow_concat_batches(monkeypatch):
+    import pyarrow as pa
+
+    monkeypatch.delattr(pa, "concat_batches", raising=False)
+    batches = _arrow_batches([2, 3, 4])
+    out = list(fetcher_module.coalesce(batches, max_bytes=1 << 20))
+    assert len(out) == 1 and out[0].num_rows == 9
+    assert out[0].column("offset").to_pylist() == list(range(9))
+
+
+def test_a_task_over_many_partitions_yields_one_batch_of_every_record():
+    cluster = multi_cluster(n_partitions=40, batches=1, per_batch=2)
+    fetcher = RangeFetcher(cluster, settings())
+    ranges = [OffsetRange("t", p, 0, 2) for p in range(40)]
+    out = list(fetcher.read_arrow(ranges, include_headers=False))
+    assert len(out) == 1
+    got = sorted(zip(out[0].column("partition").to_pylist(), out[0].column("offset").to_pylist()))
+    assert got == [(p, o) for p in range(40) for o in range(2)]
+
+
+# --- a worker's later tasks start from the leaders its client looked up -------------------
+
+def test_a_later_task_on_the_same_client_does_not_look_the_leaders_up_again():
+    cluster = multi_cluster(n_partitions=4)
+    got = read_all(cluster, [OffsetRange("t", 0, 0, 10), OffsetRange("t", 1, 0, 10)])
+    assert len(got) == 20 and len(cluster.leader_lookups) == 1
+    # Partitions the first task did not read are known too: the answer covered the topic.
+    got = read_all(cluster, [OffsetRange("t", 2, 0, 10), OffsetRange("t", 3, 10, 20)])
+    assert len(got) == 20 and len(cluster.leader_lookups) == 1
+
+
+def test_a_leader_that_moved_since_an_earlier_task_is_looked_up_and_the_range_read_whole():
+    cluster = multi_cluster(n_partitions=2)
+    read_all(cluster, [OffsetRange("t", 0, 0, 10), OffsetRange("t", 1, 0, 10)])
+    cluster.leaders_by_partition[("t", 1)] = 2        # an election since
+    got = read_all(cluster, [OffsetRange("t", 0, 10, 30), OffsetRange("t", 1, 10, 30)])
+    assert offsets_by_partition(got) == {0: list(range(10, 30)), 1: list(range(10, 30))} \
+        if _PATH["name"] == "arrow" else len(got) == 40
+    assert (1, {("t", 0): 10, ("t", 1): 10}) in cluster.fetches   # the old leader, cached ...
+    assert any(node == 2 for node, _ in cluster.fetches)   # ... then the new one
+    assert len(cluster.leader_lookups) == 2
+
+
+def test_cached_leaders_older_than_metadata_max_age_are_looked_up():
+    cluster = multi_cluster(n_partitions=1)
+    read_all(cluster, [OffsetRange("t", 0, 0, 10)])
+    read_all(cluster, [OffsetRange("t", 0, 10, 20)], leader_max_age_ms=-1)
+    assert len(cluster.leader_lookups) == 2

@@ -98,6 +98,8 @@ def error_for(code: int) -> type[Errors.KafkaError]:
 
 T = TypeVar("T")
 _MIN_PAUSE_MS = 100
+# ListOffsets routed by a Metadata answer at most this old (:meth:`BrokerClient._by_leader`).
+_FRESH_LEADERS_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -185,6 +187,10 @@ class BrokerClient:
         self.view = MetadataView(confirm_ms_for(self.request_timeout_ms))
         self.last_node = None                # the broker the last request went to
         self.last_metadata_node = None       # the broker that gave the last Metadata answer
+        self._fresh: tuple[float, dict] | None = None   # (monotonic time, the last answer)
+        # The leaders of every partition of the topics :meth:`leaders` looked up: topic ->
+        # (monotonic time, {partition: leader}); a worker's next task starts from them.
+        self._leader_cache: dict[str, tuple[float, dict[int, int]]] = {}
 
     def _network(self, settings: Mapping[str, object]):
         """kafka-python's network client for ``settings`` with our connection manager (TLS
@@ -465,6 +471,7 @@ class BrokerClient:
         self._net.cluster.update_metadata(response)
         self.view.seen(result)
         self.last_metadata_node = node
+        self._fresh = (time.monotonic(), result)
         return result
 
     def _metadata_node(self):
@@ -565,7 +572,39 @@ class BrokerClient:
                 raise RetriableBrokerError(f"{topic}-{partition} has no leader")
             result[(topic, partition)] = part.leader
         self.known_leaders.update(result)
+        now = time.monotonic()
+        for topic in {t for t, _ in partitions}:
+            self._leader_cache[topic] = (now, {p: i.leader for p, i in infos[topic].partitions.items()
+                                               if i.leader >= 0})
         return result
+
+    def cached_leaders(self, partitions: Iterable[TopicPartition],
+                       max_age_ms: int) -> dict[TopicPartition, int]:
+        """The leaders of those ``partitions`` that an answer to :meth:`leaders` at most
+        ``max_age_ms`` old named (the whole topic's, not only the partitions asked for then).
+
+        For an executor's fetch loop (:class:`kafka_source.read.fetcher.RangeFetcher`): a
+        Python worker runs task after task on the same client, and looking the leaders up
+        again for each one cost a Metadata request for every topic read -- at 10,000
+        partitions about 200 ms of decoding per task for a trickle of records. Java's consumer
+        likewise fetches from its cached metadata (``metadata.max.age.ms``). A leader that
+        moved answers NOT_LEADER_OR_FOLLOWER (or a broker that went is unreachable); the loop
+        then drops the topic here (:meth:`forget_leaders`) and looks it up."""
+        now = time.monotonic()
+        result = {}
+        for topic, partition in partitions:
+            entry = self._leader_cache.get(topic)
+            if entry is None or (now - entry[0]) * 1000 > max_age_ms:
+                continue
+            leader = entry[1].get(partition)
+            if leader is not None:
+                result[(topic, partition)] = leader
+        return result
+
+    def forget_leaders(self, topics: Iterable[str]) -> None:
+        """Stop :meth:`cached_leaders` from answering for these topics."""
+        for topic in topics:
+            self._leader_cache.pop(topic, None)
 
     # --- group coordinator -------------------------------------------------------------------
 
@@ -652,17 +691,50 @@ class BrokerClient:
         return retries.run(lambda: self._list_offsets_once(targets, read_committed, epochs),
                            what="fetch offsets", where=self.bootstrap_servers)
 
-    def _by_leader(self, tps: Iterable[TopicPartition]) -> dict[int, list[TopicPartition]]:
-        """``tps`` grouped by their current leader (:meth:`leaders`): one request per leader."""
+    def _by_leader(self, tps: Iterable[TopicPartition],
+                   reuse: bool = False) -> dict[int, list[TopicPartition]]:
+        """``tps`` grouped by their current leader: one request per leader.
+
+        ``reuse`` (ListOffsets): the leaders come from the last Metadata answer when it is at
+        most ``_FRESH_LEADERS_S`` old and names a leader for every one of them, as Java's
+        consumer routes ListOffsets by its cached metadata. A stream's trigger asks for its topics' metadata and then for
+        their latest offsets; asking for the same metadata twice cost a second round trip and
+        a second parse of every partition (about 11 ms at 1,000 partitions, growing with
+        them). Otherwise, and after any retriable failure (:meth:`_list_offsets_once` drops
+        the answer), they are looked up (:meth:`leaders`)."""
+        tps = list(tps)
+        leaders = self._fresh_leaders(tps) if reuse else None
+        if leaders is None:
+            leaders = self.leaders(tps)
         by_leader: dict[int, list[TopicPartition]] = {}
-        for tp, leader in self.leaders(tps).items():
+        for tp, leader in leaders.items():
             by_leader.setdefault(leader, []).append(tp)
         return by_leader
+
+    def _fresh_leaders(self, tps: list[TopicPartition]) -> dict[TopicPartition, int] | None:
+        if self._fresh is None or time.monotonic() - self._fresh[0] > _FRESH_LEADERS_S:
+            return None
+        infos = self._fresh[1]
+        result = {}
+        for topic, partition in tps:
+            info = infos.get(topic)
+            part = None if info is None or info.error_code else info.partitions.get(partition)
+            if part is None or part.leader < 0:
+                return None
+            result[(topic, partition)] = part.leader
+        return result
 
     def _list_offsets_once(self, targets, read_committed, epochs=None):
         if not targets:
             return {}
-        by_leader = self._by_leader(targets)
+        try:
+            return self._list_offsets_by_leader(targets, read_committed, epochs)
+        except RetriableBrokerError:
+            self._fresh = None          # a leader moved, or a broker went: look them up again
+            raise
+
+    def _list_offsets_by_leader(self, targets, read_committed, epochs):
+        by_leader = self._by_leader(targets, reuse=True)
         LT = ListOffsetsRequest.ListOffsetsTopic
         LP = LT.ListOffsetsPartition
         result = {}
