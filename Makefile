@@ -28,7 +28,7 @@ SPARK_PY_ENV = PYSPARK_PYTHON="$(CURDIR)/$(VPY)" PYSPARK_DRIVER_PYTHON="$(CURDIR
 # The unit tests: everything that needs neither a broker nor Spark (conftest.py marks the rest).
 UNIT_MARKS  := -m "not integration and not spark"
 
-.PHONY: help install install-bench check-java check test ci demo bench bench-avro docs docs-build release-check clean
+.PHONY: help install install-bench check-java check test ci demo bench bench-avro bench-scale docs docs-build release-check clean
 
 help:
 	@echo "make install   create $(VENV) and install the package with its test extras (idempotent)"
@@ -37,6 +37,7 @@ help:
 	@echo "make ci        what CI runs (.ci/run): every pass, two lanes side by side"
 	@echo "make demo      the streaming demo: a query in a consumer group, its lag, a resume (notebooks/demo.py)"
 	@echo "make bench     run benchmarks/run.py, then benchmarks/avro_read.py (installs the 'bench' extras)"
+	@echo "make bench-scale  trigger cost at 100 to 10,000 partitions, pykafka and Spark's JVM source (benchmarks/scale.py)"
 	@echo "make docs      serve the documentation site on http://$(DOCS_ADDR) (docs/, mkdocs.yml)"
 	@echo "make docs-build  build the site into site/ with mkdocs build --strict (as CI does)"
 	@echo "make release-check  build the sdist and wheel, twine check, install each in a clean venv and read a topic"
@@ -119,6 +120,12 @@ bench: check-java install-bench
 # mapInArrow, on Kafka 4.0 and 2.2 (benchmarks/avro_read.py; BENCH_AVRO_ARGS="--brokers 4.0")
 bench-avro: check-java install-bench
 	$(SPARK_PY_ENV) $(VPY) benchmarks/avro_read.py $(BENCH_AVRO_ARGS)
+
+# Cost as partitions grow (issue 38): a trickle stream over 100, 1,000 and 10,000 partitions and
+# a subscribePattern over 1,000 topics, pykafka beside Spark's JVM source, on Kafka 4.0
+# (benchmarks/scale.py; BENCH_SCALE_ARGS="--partitions 100,1000 --pattern-topics 0").
+bench-scale: check-java install-bench
+	$(SPARK_PY_ENV) $(VPY) benchmarks/scale.py --json benchmarks/results/scale-$$(date +%Y%m%d-%H%M%S).json $(BENCH_SCALE_ARGS)
 
 # The documentation site: served with live reload while you edit docs/ (the option reference and
 # the error messages are generated as it builds: docs/hooks.py), or built as CI builds it.
