@@ -91,11 +91,15 @@ _FIRST_REQUEST_BYTES = 1 << 20
 
 # Arrow batches smaller than this are put together before they go to Spark (``coalesce``).
 _COALESCE_BYTES = 1 << 20
+# What the fetch loop yields, for read_arrow only, before it waits for the network: what
+# coalesce holds goes to Spark then, not after the wait.
+_WAITING: list = []
 
 
 def coalesce(batches: Iterable[pa.RecordBatch],
              max_bytes: int | None = None) -> Iterator[pa.RecordBatch]:
-    """The same rows in the same order, with runs of small batches joined into one.
+    """The same rows in the same order, with runs of small batches joined into one; ``None``
+    in ``batches`` hands on what is held (the fetch loop is about to wait for the network).
 
     A task over many partitions that each got a few records (a trickle over hundreds of
     partitions) decodes one small batch per partition and response. Spark pays for every
@@ -111,6 +115,11 @@ def coalesce(batches: Iterable[pa.RecordBatch],
     held: list[pa.RecordBatch] = []
     size = 0
     for batch in batches:
+        if batch is None:
+            if held:
+                yield _joined(held)
+                held, size = [], 0
+            continue
         if batch.nbytes >= max_bytes:
             if held:
                 yield _joined(held)
@@ -216,6 +225,7 @@ class RangeFetcher:
         self.connections = connections if connections is not None \
             else client.fetch_connections()
         self._leaders: dict[tuple[str, int], object] = {}
+        self._mark_waits = False      # yield _WAITING before each wait (read_arrow)
 
     # --- the two decoders ------------------------------------------------------------------
 
@@ -246,8 +256,9 @@ class RangeFetcher:
                                    topic=r.topic, partition=r.partition,
                                    include_headers=include_headers)
 
+        self._mark_waits = True
         yield from coalesce(batch for batches in self._read(_as_list(ranges), decode)
-                            for batch in batches)
+                            for batch in ((None,) if batches is _WAITING else batches))
 
     # --- the loop --------------------------------------------------------------------------
 
@@ -279,12 +290,16 @@ class RangeFetcher:
                         self._send(conn, group)
                         if not conn.in_flight:
                             continue          # nothing of this group is left to fetch
+                    if self._mark_waits:
+                        yield _WAITING
                     result = conn.receive()
                     yield from self._handle(conn, leader, result, parts, decode)
                 except _TRANSIENT as exc:
                     self.connections.discard(leader)
                     self._failed([p for p in group if p.tp in parts], f"{exc}")
             if parts and not any(st.progressed for st in parts.values()):
+                if self._mark_waits:
+                    yield _WAITING
                 self._idle(parts)
 
     def _by_leader(self, parts: dict) -> dict[object, list[_Partition]]:

@@ -262,9 +262,7 @@ def test_partitions_without_news_are_left_out_of_incremental_responses():
     assert len(got) == 60
 
 
-def test_next_request_is_sent_before_decoding_and_no_request_is_left_over(monkeypatch):
-    # Every Arrow batch goes out as decoded (small ones are otherwise held: coalesce, below).
-    monkeypatch.setattr(fetcher_module, "_COALESCE_BYTES", 1)
+def test_next_request_is_sent_before_decoding_and_no_request_is_left_over():
     cluster = multi_cluster(n_partitions=2)
     fetcher = RangeFetcher(cluster, settings(partition_max_bytes=300))
     ranges = [OffsetRange("t", 0, 0, 50), OffsetRange("t", 1, 0, 50)]
@@ -603,3 +601,23 @@ def test_cached_leaders_older_than_metadata_max_age_are_looked_up():
     read_all(cluster, [OffsetRange("t", 0, 0, 10)])
     read_all(cluster, [OffsetRange("t", 0, 10, 20)], leader_max_age_ms=-1)
     assert len(cluster.leader_lookups) == 2
+
+
+def test_small_batches_held_for_spark_go_out_before_the_loop_waits_for_the_network():
+    # A slow consumer must get the first response's records before the next one is awaited
+    # (what lets a SASL session expire mid-read, and Spark work while the broker sends).
+    cluster = multi_cluster(n_partitions=1, batches=5, per_batch=10)
+    fetcher = RangeFetcher(cluster, settings(partition_max_bytes=300))
+    it = fetcher.read_arrow([OffsetRange("t", 0, 0, 50)], include_headers=False)
+    first = next(it)
+    assert first.num_rows < 50
+    assert len(cluster.fetches) <= 2           # the first response and the one in flight
+    rest = [o for b in it for o in b.column("offset").to_pylist()]
+    assert first.column("offset").to_pylist() + rest == list(range(50))
+
+
+def test_coalesce_hands_on_what_it_holds_at_a_wait_marker():
+    batches = _arrow_batches([2, 3, 4])
+    out = list(fetcher_module.coalesce([batches[0], None, batches[1], batches[2], None],
+                                       max_bytes=1 << 20))
+    assert [b.num_rows for b in out] == [2, 7]
