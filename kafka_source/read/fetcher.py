@@ -225,7 +225,6 @@ class RangeFetcher:
         self.connections = connections if connections is not None \
             else client.fetch_connections()
         self._leaders: dict[tuple[str, int], object] = {}
-        self._mark_waits = False      # yield _WAITING before each wait (read_arrow)
 
     # --- the two decoders ------------------------------------------------------------------
 
@@ -256,25 +255,28 @@ class RangeFetcher:
                                    topic=r.topic, partition=r.partition,
                                    include_headers=include_headers)
 
-        self._mark_waits = True
-        yield from coalesce(batch for batches in self._read(_as_list(ranges), decode)
+        yield from coalesce(batch for batches in self._read(_as_list(ranges), decode,
+                                                            mark_waits=True)
                             for batch in ((None,) if batches is _WAITING else batches))
 
     # --- the loop --------------------------------------------------------------------------
 
-    def _read(self, ranges: list[OffsetRange], decode: Decode) -> Iterator[list]:
+    def _read(self, ranges: list[OffsetRange], decode: Decode,
+              mark_waits: bool = False) -> Iterator[list]:
         """A Fetch request carries a partition once: ranges of the same partition (which the
         planner never puts in one task unless they are adjacent, and then merges) are read one
         after the other."""
         try:
             for wave in _waves(ranges):
-                yield from self._read_wave(wave, decode)
+                yield from self._read_wave(wave, decode, mark_waits)
         finally:
             # A response that will never be read (an error, or Spark stopped early) makes its
             # connection unusable: close it rather than hand it to the next task.
             self.connections.discard_in_flight()
 
-    def _read_wave(self, ranges: list[OffsetRange], decode: Decode) -> Iterator[list]:
+    def _read_wave(self, ranges: list[OffsetRange], decode: Decode,
+                   mark_waits: bool) -> Iterator[list]:
+        """``mark_waits``: yield ``_WAITING`` before each wait for the network (read_arrow)."""
         s = self.settings
         parts = {r.topic_partition: _Partition(r, r.start, s.partition_max_bytes,
                                                _Deadline(s.poll_timeout_ms))
@@ -290,7 +292,7 @@ class RangeFetcher:
                         self._send(conn, group)
                         if not conn.in_flight:
                             continue          # nothing of this group is left to fetch
-                    if self._mark_waits:
+                    if mark_waits:
                         yield _WAITING
                     result = conn.receive()
                     yield from self._handle(conn, leader, result, parts, decode)
@@ -298,7 +300,7 @@ class RangeFetcher:
                     self.connections.discard(leader)
                     self._failed([p for p in group if p.tp in parts], f"{exc}")
             if parts and not any(st.progressed for st in parts.values()):
-                if self._mark_waits:
+                if mark_waits:
                     yield _WAITING
                 self._idle(parts)
 

@@ -310,7 +310,7 @@ def test_list_offsets_looks_the_leaders_up_when_the_answer_is_old(monkeypatch):
 
     client = Scripted(answer({"t": 0}), answer({"t": 0}), list_offsets_answer(42, 0))
     client.topic_metadata(["t"], NO_WAIT)
-    monkeypatch.setattr(client_module, "_FRESH_LEADERS_S", -1.0)
+    monkeypatch.setattr(client_module, "_FRESH_LEADERS_MS", -1)
     assert client.list_offsets({("t", 0): -1}, read_committed=False) == {("t", 0): (42, -1)}
     assert client.sent == 3
 

@@ -99,7 +99,7 @@ def error_for(code: int) -> type[Errors.KafkaError]:
 T = TypeVar("T")
 _MIN_PAUSE_MS = 100
 # ListOffsets routed by a Metadata answer at most this old (:meth:`BrokerClient._by_leader`).
-_FRESH_LEADERS_S = 1.0
+_FRESH_LEADERS_MS = 1_000
 
 
 @dataclass(frozen=True)
@@ -187,9 +187,8 @@ class BrokerClient:
         self.view = MetadataView(confirm_ms_for(self.request_timeout_ms))
         self.last_node = None                # the broker the last request went to
         self.last_metadata_node = None       # the broker that gave the last Metadata answer
-        self._fresh: tuple[float, dict] | None = None   # (monotonic time, the last answer)
-        # The leaders of every partition of the topics :meth:`leaders` looked up: topic ->
-        # (monotonic time, {partition: leader}); a worker's next task starts from them.
+        # The leaders of every partition of each topic in the last Metadata answer that named
+        # it: topic -> (monotonic time, {partition: leader}) (:meth:`cached_leaders`).
         self._leader_cache: dict[str, tuple[float, dict[int, int]]] = {}
 
     def _network(self, settings: Mapping[str, object]):
@@ -471,7 +470,11 @@ class BrokerClient:
         self._net.cluster.update_metadata(response)
         self.view.seen(result)
         self.last_metadata_node = node
-        self._fresh = (time.monotonic(), result)
+        now = time.monotonic()
+        for topic, info in result.items():
+            if not info.error_code:
+                self._leader_cache[topic] = (now, {p: i.leader for p, i in info.partitions.items()
+                                                   if i.leader >= 0})
         return result
 
     def _metadata_node(self):
@@ -572,18 +575,15 @@ class BrokerClient:
                 raise RetriableBrokerError(f"{topic}-{partition} has no leader")
             result[(topic, partition)] = part.leader
         self.known_leaders.update(result)
-        now = time.monotonic()
-        for topic in {t for t, _ in partitions}:
-            self._leader_cache[topic] = (now, {p: i.leader for p, i in infos[topic].partitions.items()
-                                               if i.leader >= 0})
         return result
 
     def cached_leaders(self, partitions: Iterable[TopicPartition],
                        max_age_ms: int) -> dict[TopicPartition, int]:
-        """The leaders of those ``partitions`` that an answer to :meth:`leaders` at most
-        ``max_age_ms`` old named (the whole topic's, not only the partitions asked for then).
+        """The leaders of those ``partitions`` that a Metadata answer at most ``max_age_ms``
+        old named (for the whole topic, whatever partitions it was asked for).
 
-        For an executor's fetch loop (:class:`kafka_source.read.fetcher.RangeFetcher`): a
+        For ListOffsets right after a trigger's Metadata (:meth:`_by_leader`), and for an
+        executor's fetch loop (:class:`kafka_source.read.fetcher.RangeFetcher`): a
         Python worker runs task after task on the same client, and looking the leaders up
         again for each one cost a Metadata request for every topic read -- at 10,000
         partitions about 200 ms of decoding per task for a trickle of records. Java's consumer
@@ -695,34 +695,22 @@ class BrokerClient:
                    reuse: bool = False) -> dict[int, list[TopicPartition]]:
         """``tps`` grouped by their current leader: one request per leader.
 
-        ``reuse`` (ListOffsets): the leaders come from the last Metadata answer when it is at
-        most ``_FRESH_LEADERS_S`` old and names a leader for every one of them, as Java's
-        consumer routes ListOffsets by its cached metadata. A stream's trigger asks for its topics' metadata and then for
-        their latest offsets; asking for the same metadata twice cost a second round trip and
-        a second parse of every partition (about 11 ms at 1,000 partitions, growing with
-        them). Otherwise, and after any retriable failure (:meth:`_list_offsets_once` drops
-        the answer), they are looked up (:meth:`leaders`)."""
+        ``reuse`` (ListOffsets): the leaders come from a Metadata answer at most
+        ``_FRESH_LEADERS_MS`` old when it names a leader for every one of them
+        (:meth:`cached_leaders`), as Java's consumer routes ListOffsets by its cached metadata.
+        A stream's trigger asks for its topics' metadata and then for their latest offsets;
+        asking for the same metadata twice cost a second round trip and a second parse of
+        every partition (about 11 ms at 1,000 partitions, growing with them). Otherwise, and
+        after any retriable failure (:meth:`_list_offsets_once` forgets the topics), they are
+        looked up (:meth:`leaders`)."""
         tps = list(tps)
-        leaders = self._fresh_leaders(tps) if reuse else None
-        if leaders is None:
+        leaders = self.cached_leaders(tps, _FRESH_LEADERS_MS) if reuse else {}
+        if len(leaders) < len(set(tps)):
             leaders = self.leaders(tps)
         by_leader: dict[int, list[TopicPartition]] = {}
         for tp, leader in leaders.items():
             by_leader.setdefault(leader, []).append(tp)
         return by_leader
-
-    def _fresh_leaders(self, tps: list[TopicPartition]) -> dict[TopicPartition, int] | None:
-        if self._fresh is None or time.monotonic() - self._fresh[0] > _FRESH_LEADERS_S:
-            return None
-        infos = self._fresh[1]
-        result = {}
-        for topic, partition in tps:
-            info = infos.get(topic)
-            part = None if info is None or info.error_code else info.partitions.get(partition)
-            if part is None or part.leader < 0:
-                return None
-            result[(topic, partition)] = part.leader
-        return result
 
     def _list_offsets_once(self, targets, read_committed, epochs=None):
         if not targets:
@@ -730,7 +718,8 @@ class BrokerClient:
         try:
             return self._list_offsets_by_leader(targets, read_committed, epochs)
         except RetriableBrokerError:
-            self._fresh = None          # a leader moved, or a broker went: look them up again
+            # A leader moved, or a broker went: look them up again.
+            self.forget_leaders({t for t, _ in targets})
             raise
 
     def _list_offsets_by_leader(self, targets, read_committed, epochs):
