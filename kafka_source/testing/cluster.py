@@ -86,7 +86,7 @@ from typing import Callable, Iterable, Mapping, TypeVar
 from .brokers import (BrokerHandle, BrokerStartError, _free_port, _live_brokers, _live_lock,
                       random_cluster_id,
                       _tcp_open, _track, wait_for_broker)
-from .cluster_security import SecureListener
+from .cluster_security import SecureListener, expired_sessions
 from .cluster_tools import ClusterTools
 # one node's view and the request helpers, also importable from here as before
 from .cluster_view import (KRAFT, ZOOKEEPER, ClusterError, ClusterMetadata,
@@ -412,8 +412,13 @@ class KafkaCluster(ClusterTools, BrokerHandle):
     # -- processes ---------------------------------------------------------------------------
 
     def _launch(self, node: ClusterNode) -> None:
-        env = self._env(os.path.join(node.dir, "logs"), self.heap_opts)
+        log_dir = os.path.join(node.dir, "logs")
+        env = self._env(log_dir, self.heap_opts)
         env["KAFKA_JMX_OPTS"] = jmx_options(node.jmx_port)
+        log_options = (self.secure.log_options(self.kafka_home, log_dir)
+                       if self.secure is not None else None)
+        if log_options:
+            env["KAFKA_LOG4J_OPTS"] = log_options
         with open(os.path.join(node.dir, "stdout.log"), "ab") as out:
             node.process = subprocess.Popen(
                 [self._bin("kafka-server-start.sh"), node.config_path],
@@ -572,6 +577,12 @@ class KafkaCluster(ClusterTools, BrokerHandle):
         if self.secure is None:
             raise ClusterError(f"{self.mode} cluster: started without a secure listener")
         return self.secure.client_options(self.secure_bootstrap_servers)
+
+    def expired_sessions(self, node: int) -> list[str]:
+        """The requests node ``node`` read on an ended SASL session and closed the connection
+        for, as its log names them (header: API, client id; a cluster started with ``secure``
+        and ``reauth_ms``: :mod:`.cluster_security`), since the cluster was created."""
+        return expired_sessions(os.path.join(self._node(node).dir, "logs"))
 
     def socket_server_metrics(self, node: int, listener: str = "PLAINTEXT",
                               attributes: Iterable[str] = REAUTHENTICATION_METRICS

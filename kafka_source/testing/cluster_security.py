@@ -23,6 +23,13 @@ shared by the nodes) and the CA's PEM file for clients are made by :meth:`Secure
 in the cluster's directory. SCRAM users live in the cluster's metadata: KRaft nodes get them when
 their storage is formatted (``kafka-storage.sh format --add-scram``), a ZooKeeper-mode cluster
 from ``kafka-configs.sh --zookeeper`` once its ZooKeeper runs.
+
+The counters say only *that* a connection was closed for an expired session. Which request came
+too late, and from which client, is in the broker's DEBUG line "Disconnect(ed|ing) expired channel:
+<channel> : RequestHeader(apiKey=..., clientId=...)". So with ``reauth_ms`` every node also
+writes those lines, and only those, to ``logs/expired-sessions.log``
+(:meth:`SecureListener.log_options`; read back by :func:`expired_sessions`), and a scenario that
+finds the counter above zero names the late request in its failure.
 """
 
 from __future__ import annotations
@@ -31,7 +38,58 @@ import os
 import subprocess
 from dataclasses import dataclass
 
-__all__ = ["SecureListener"]
+__all__ = ["SecureListener", "expired_sessions"]
+
+EXPIRED_LOG = "expired-sessions.log"
+_EXPIRED_LINE = "expired channel: "  # "Disconnected ..." (Kafka 2.x), "Disconnecting ..." (4.x)
+
+# Kafka 2.x-3.x (log4j 1): the distribution's file, its two INFO appenders kept at INFO, and the
+# socket server's DEBUG lines about expired sessions in a file of their own.
+_LOG4J1_ADDED = f"""
+log4j.appender.stdout.Threshold=INFO
+log4j.appender.kafkaAppender.Threshold=INFO
+log4j.appender.expiredSessions=org.apache.log4j.FileAppender
+log4j.appender.expiredSessions.File=${{kafka.logs.dir}}/{EXPIRED_LOG}
+log4j.appender.expiredSessions.layout=org.apache.log4j.PatternLayout
+log4j.appender.expiredSessions.layout.ConversionPattern=[%d] %m%n
+log4j.appender.expiredSessions.filter.1=org.apache.log4j.varia.StringMatchFilter
+log4j.appender.expiredSessions.filter.1.StringToMatch={_EXPIRED_LINE}
+log4j.appender.expiredSessions.filter.1.AcceptOnMatch=true
+log4j.appender.expiredSessions.filter.2=org.apache.log4j.varia.DenyAllFilter
+log4j.logger.kafka.network.Processor=DEBUG, expiredSessions
+"""
+
+# Kafka 4 (log4j 2): merged into the distribution's log4j2.yaml (a composite configuration).
+# The socket server's logger goes on to the server log at INFO and to its own file for the
+# expired-session lines.
+_LOG4J2_ADDED = f"""
+appender.expiredSessions.type = File
+appender.expiredSessions.name = ExpiredSessions
+appender.expiredSessions.fileName = ${{sys:kafka.logs.dir}}/{EXPIRED_LOG}
+appender.expiredSessions.layout.type = PatternLayout
+appender.expiredSessions.layout.pattern = [%d] %m%n
+appender.expiredSessions.filter.match.type = StringMatchFilter
+appender.expiredSessions.filter.match.text = {_EXPIRED_LINE}
+appender.expiredSessions.filter.match.onMatch = ACCEPT
+appender.expiredSessions.filter.match.onMismatch = DENY
+logger.processor.name = kafka.network.Processor
+logger.processor.level = DEBUG
+logger.processor.additivity = false
+logger.processor.appenderRef.expired.ref = ExpiredSessions
+logger.processor.appenderRef.server.ref = KafkaAppender
+logger.processor.appenderRef.server.level = INFO
+logger.processor.appenderRef.stdout.ref = STDOUT
+logger.processor.appenderRef.stdout.level = INFO
+"""
+
+
+def expired_sessions(log_dir: str) -> list[str]:
+    """The expired-session lines a node wrote to ``log_dir`` (see the module docstring)."""
+    try:
+        with open(os.path.join(log_dir, EXPIRED_LOG), encoding="utf-8", errors="replace") as f:
+            return [line.rstrip("\n") for line in f if _EXPIRED_LINE in line]
+    except FileNotFoundError:
+        return []
 
 _STORE_PASSWORD = "cluster-store-secret"
 
@@ -93,6 +151,27 @@ class SecureListener:
         if self.reauth_ms:
             props[f"{prefix}{mechanism}.connections.max.reauth.ms"] = str(self.reauth_ms)
         return props
+
+    def log_options(self, kafka_home: str, directory: str) -> str | None:
+        """``KAFKA_LOG4J_OPTS`` for a node whose logs go to ``directory``: the distribution's
+        log configuration plus the expired-session file, when sessions end (``reauth_ms``);
+        None to keep the distribution's own."""
+        if not self.reauth_ms:
+            return None
+        config = os.path.join(kafka_home, "config")
+        os.makedirs(directory, exist_ok=True)
+        log4j2 = os.path.join(config, "log4j2.yaml")
+        if os.path.exists(log4j2):
+            added = os.path.join(directory, "expired-sessions-log4j2.properties")
+            with open(added, "w", encoding="utf-8") as f:
+                f.write(_LOG4J2_ADDED)
+            return f"-Dlog4j2.configurationFile={log4j2},{added}"
+        with open(os.path.join(config, "log4j.properties"), encoding="utf-8") as f:
+            base = f.read()
+        merged = os.path.join(directory, "log4j-expired-sessions.properties")
+        with open(merged, "w", encoding="utf-8") as f:
+            f.write(base + _LOG4J1_ADDED)
+        return f"-Dlog4j.configuration=file:{merged}"
 
     def format_args(self) -> list[str]:
         """``kafka-storage.sh format`` arguments that create the user (KRaft)."""

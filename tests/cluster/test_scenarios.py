@@ -232,7 +232,8 @@ def test_rolling_restart_of_all_brokers(whole_cluster, spark, figures, tmp_path,
         run.finish()
     assert total["successful-authentication-total"] > 0, counters
     assert total["successful-reauthentication-total"] > 0, counters
-    assert total["expired-connections-killed-count"] == 0, counters
+    expired = [f"node {node}: {line}" for node in c.nodes for line in c.expired_sessions(node)]
+    assert total["expired-connections-killed-count"] == 0, (counters, expired)
     assert total["failed-reauthentication-total"] == 0, counters
 
 
