@@ -43,8 +43,8 @@ from typing import Callable, Iterable, Mapping, TypeVar
 import kafka.errors as Errors
 from kafka.net.compat import KafkaNetClient
 from kafka.net.selector import NetworkSelector
-from kafka.protocol.consumer import ListOffsetsRequest, OffsetForLeaderEpochRequest
-from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, MetadataRequest
+from kafka.protocol.consumer import OffsetForLeaderEpochRequest
+from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest
 
 from ...config.client_config import TLS_SETTINGS, connection_settings, uses_tls
 from ...config.secrets import reveal
@@ -53,6 +53,7 @@ from ...errors import (BrokerSecurityError, BrokerUnavailableError, BrokerUnreac
 from .handshake import ConnectionManager
 from .metadata_view import MetadataView, UnconfirmedAnswer, confirm_ms_for
 from .oauth import token_provider
+from .planning_protocol import LeanListOffsetsRequest, LeanMetadataRequest, brokers_only
 from .reauth import reauthentication_due, start_reauthentication
 from .tls import ssl_context
 
@@ -435,13 +436,7 @@ class BrokerClient:
         it has an older leader epoch for a partition than seen before.
         """
         names = None if topics is None else sorted(set(topics))
-        request = MetadataRequest(
-            topics=None if names is None else [MetadataRequest.MetadataRequestTopic(name=t)
-                                               for t in names],
-            allow_auto_topic_creation=False,
-            include_cluster_authorized_operations=False,
-            include_topic_authorized_operations=False,
-        )
+        request = LeanMetadataRequest(names)    # :mod:`.planning_protocol`: grows with partitions
         if node is None:
             node = self._metadata_node()
         try:
@@ -456,6 +451,11 @@ class BrokerClient:
                 "a broker answered Metadata without any broker (controller "
                 f"{getattr(response, 'controller_id', -1)}): it does not know the cluster's state "
                 "yet (restarting?)")
+        if getattr(response, "error_code", 0):
+            # Metadata v13+ (KIP-1102): the whole answer failed, e.g. REBOOTSTRAP_REQUIRED
+            self.view.avoid = node
+            raise RetriableBrokerError(f"broker {node} answered Metadata with "
+                                       f"{error_for(response.error_code).__name__}")
         result = {}
         for topic in response.topics:
             parts = {p.partition_index: PartitionInfo(p.leader_id, p.error_code,
@@ -467,7 +467,9 @@ class BrokerClient:
                                           for p, i in info.partitions.items()})
         except UnconfirmedAnswer as exc:
             raise UnsettledMetadata(str(exc)) from None
-        self._net.cluster.update_metadata(response)
+        # kafka-python's cluster needs the brokers (to connect), not the partitions: the
+        # connector routes its requests itself, and taking them in cost as much as decoding
+        self._net.cluster.update_metadata(brokers_only(response))
         self.view.seen(result)
         self.last_metadata_node = node
         now = time.monotonic()
@@ -724,22 +726,16 @@ class BrokerClient:
 
     def _list_offsets_by_leader(self, targets, read_committed, epochs):
         by_leader = self._by_leader(targets, reuse=True)
-        LT = ListOffsetsRequest.ListOffsetsTopic
-        LP = LT.ListOffsetsPartition
+        epoch = self.view.epoch
         result = {}
         for leader, tps in by_leader.items():
             topics: dict[str, list] = {}
-            for topic, partition in tps:
-                topics.setdefault(topic, []).append(LP(
-                    # KIP-320: a broker with another epoch answers FENCED_LEADER_EPOCH or
-                    # UNKNOWN_LEADER_EPOCH (retriable) instead of its own log's offsets.
-                    partition_index=partition,
-                    current_leader_epoch=self.view.epoch((topic, partition)),
-                    timestamp=targets[(topic, partition)], max_num_offsets=1))
-            request = ListOffsetsRequest(
-                replica_id=-1, isolation_level=1 if read_committed else 0,
-                topics=[LT(name=t, partitions=ps) for t, ps in topics.items()],
-                timeout_ms=self.request_timeout_ms)
+            for tp in tps:
+                # KIP-320: a broker with another epoch answers FENCED_LEADER_EPOCH or
+                # UNKNOWN_LEADER_EPOCH (retriable) instead of its own log's offsets.
+                topics.setdefault(tp[0], []).append((tp[1], epoch(tp), targets[tp]))
+            request = LeanListOffsetsRequest(topics, read_committed=read_committed,
+                                             timeout_ms=self.request_timeout_ms)
             response = self.send(leader, request)
             for topic in response.topics:
                 for p in topic.partitions:

@@ -1,0 +1,501 @@
+"""Driver side: Metadata and ListOffsets written and read without kafka-python's generic codec.
+
+Every trigger of a stream asks for its topics' Metadata and then for the latest offset of each
+partition; a batch read and an executor's task ask the same. Both answers grow with the
+partitions. kafka-python 3 builds and reads every message with its schema-driven codec, which
+makes a Python object per struct and per field on the way in and out. At 10,000 partitions that
+was most of a trigger's planning (``make bench-scale``, Kafka 4.0): 216 ms to decode the Metadata
+answer, 145 ms to decode the ListOffsets answers and about 130 ms to build the ListOffsets
+requests' objects and encode them, of 656 ms for ``latestOffset``. Here the two are encoded with
+:mod:`struct` and decoded from one ``memoryview``, keeping only the fields the connector reads:
+brokers, the topics' and partitions' error codes, leaders and leader epochs; the offsets,
+timestamps and leader epochs of ListOffsets.
+
+The requests still go through kafka-python's connections, with everything those do (TLS, SASL
+and its re-authentication, request timeouts, in-flight limits, the broker's versions): a
+:class:`LeanRequest` looks to a connection and to its protocol parser like one of kafka-python's
+own requests. It takes the version the connection settles for (the highest that both this
+module and that broker support, so that each broker of a cluster in mid-upgrade gets its own),
+is encoded by :meth:`LeanRequest.encode`, and its header names a response type whose ``decode``
+is this module's. The decoded answers have the attribute names of kafka-python's
+(``brokers``, ``topics``, ``partition_index``, ``leader_id``, ...), so the client reads both
+kinds the same way.
+
+Versions: Metadata v4-v13 (v4 brings ``allow_auto_topic_creation``; ``../shared/kafka``'s broker
+refuses v0-v3, Kafka 2.2 answers up to v7), ListOffsets v1-v11 (v1 is the first with a single
+offset per partition; Kafka 2.2 answers up to v5). Flexible versions (Metadata v9+, ListOffsets
+v6+) use compact lengths and tagged fields, which are skipped. A malformed answer raises
+:class:`kafka.errors.KafkaProtocolError` from the parser, as kafka-python's own decoding does.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import namedtuple
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+from .fetch_protocol import _array_len, _length, _skip_tags
+
+METADATA_KEY, LIST_OFFSETS_KEY = 3, 2
+METADATA_VERSIONS = (4, 13)
+METADATA_FLEXIBLE = 9
+LIST_OFFSETS_VERSIONS = (1, 11)
+LIST_OFFSETS_FLEXIBLE = 6
+
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_HEADER = struct.Struct(">hhi")            # api key, api version, correlation id
+_HII = struct.Struct(">hii")               # error code, partition index, leader id
+_HIII = struct.Struct(">hiii")             # ... and leader epoch (Metadata v7+)
+_IHQQ = struct.Struct(">ihqq")             # partition, error code, timestamp, offset
+_IHQQI = struct.Struct(">ihqqi")           # ... and leader epoch (ListOffsets v4+)
+_NULL_UUID = bytes(16)
+
+#: A broker of a Metadata answer: unpacks as kafka-python's cluster expects (id, host, port,
+#: rack) and has its attribute names.
+Broker = namedtuple("Broker", "node_id host port rack")
+
+
+@dataclass(slots=True)
+class MetadataPartition:
+    error_code: int
+    partition_index: int
+    leader_id: int
+    leader_epoch: int          # -1 before Metadata v7
+
+
+@dataclass(slots=True)
+class MetadataTopic:
+    error_code: int
+    name: str | None           # None only from v12 on, for a topic asked by id
+    is_internal: bool
+    partitions: list[MetadataPartition]
+
+
+@dataclass(slots=True)
+class _Answer:
+    """What every decoded answer has, under kafka-python's names."""
+
+    API_VERSION: int
+    throttle_time_ms: int
+
+    @property
+    def version(self) -> int:
+        return self.API_VERSION
+
+
+@dataclass(slots=True)
+class MetadataAnswer(_Answer):
+    """A decoded Metadata response. ``topic_id`` and the replica lists are not kept."""
+
+    brokers: list[Broker]
+    cluster_id: str | None
+    controller_id: int
+    topics: list[MetadataTopic]
+    error_code: int = 0        # Metadata v13+
+
+
+@dataclass(slots=True)
+class OffsetsPartition:
+    partition_index: int
+    error_code: int
+    timestamp: int
+    offset: int
+    leader_epoch: int          # -1 before ListOffsets v4
+
+
+@dataclass(slots=True)
+class OffsetsTopic:
+    name: str
+    partitions: list[OffsetsPartition]
+
+
+@dataclass(slots=True)
+class OffsetsAnswer(_Answer):
+    """A decoded ListOffsets response (v1+: one offset per partition)."""
+
+    topics: list[OffsetsTopic]
+
+
+# --- requests -------------------------------------------------------------------------------
+
+class _Header:
+    """What kafka-python's parser keeps of a request in flight: its correlation id, and where
+    to find the type that decodes the answer."""
+
+    __slots__ = ("request_api_key", "request_api_version", "correlation_id", "client_id",
+                 "_response")
+
+    def __init__(self, api_key: int, version: int, correlation_id: int, client_id, response):
+        self.request_api_key = api_key
+        self.request_api_version = version
+        self.correlation_id = correlation_id
+        self.client_id = client_id
+        self._response = response
+
+    @property
+    def api_version(self) -> int:
+        return self.request_api_version
+
+    def get_response_class(self):
+        return _ResponseType(self._response, self.request_api_version, self._flexible())
+
+    def _flexible(self) -> bool:
+        return self._response.flexible(self.request_api_version)
+
+
+class _ResponseType:
+    """The response "class" kafka-python's parser asks the header for: ``parse_header`` reads
+    the correlation id (and the header's tagged fields in flexible versions), ``decode`` the
+    body, with this module's decoder for the request's version."""
+
+    def __init__(self, request: "type[LeanRequest]", version: int, flexible: bool):
+        self._request = request
+        self._version = version
+        self._flexible = flexible
+
+    def parse_header(self, buf):
+        (correlation_id,) = _I32.unpack(buf.read(4))
+        if self._flexible:
+            count = _read_uvarint(buf)
+            for _ in range(count):
+                _read_uvarint(buf)
+                buf.read(_read_uvarint(buf))
+        return _ResponseHeader(correlation_id)
+
+    def decode(self, buf):
+        data = buf.read() if hasattr(buf, "read") else bytes(buf)
+        try:
+            return self._request.decode_body(memoryview(data), self._version)
+        except IndexError as exc:
+            raise ValueError(f"{self._request.name} v{self._version} answer ends early") from exc
+
+    def __repr__(self) -> str:
+        return f"{self._request.name}Response[v{self._version}] (pykafka)"
+
+
+class _ResponseHeader:
+    __slots__ = ("correlation_id",)
+
+    def __init__(self, correlation_id: int):
+        self.correlation_id = correlation_id
+
+
+def _read_uvarint(buf) -> int:
+    value = shift = 0
+    while True:
+        byte = buf.read(1)
+        if not byte:
+            raise ValueError("response header ends early")
+        b = byte[0]
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value
+        shift += 7
+        if shift > 28:
+            raise ValueError("unsigned varint longer than 5 bytes")
+
+
+class LeanRequest:
+    """A request kafka-python's connection sends as one of its own (see the module docstring).
+    Subclasses give ``API_KEY``, ``name``, the versions and ``encode_body`` / ``decode_body``."""
+
+    API_KEY = -1
+    name = "?"
+    min_version = 0
+    max_version = 0
+    flexible_from = 1 << 15
+
+    def __init__(self):
+        # kafka-python's BrokerVersionData.api_version reads the request's own bounds here
+        self._min_version = self.min_version
+        self._max_version = self.max_version
+        self._version: int | None = None
+        self._header: _Header | None = None
+
+    @property
+    def API_VERSION(self) -> int | None:
+        return self._version
+
+    @API_VERSION.setter
+    def API_VERSION(self, version: int) -> None:
+        if not self.min_version <= version <= self.max_version:
+            raise ValueError(f"{self.name} v{version} is not one pykafka writes "
+                             f"(v{self.min_version}-v{self.max_version})")
+        self._version = version
+
+    @classmethod
+    def flexible(cls, version: int) -> bool:
+        return version >= cls.flexible_from
+
+    def with_header(self, correlation_id: int = 0, client_id="pykafka") -> None:
+        self._header = _Header(self.API_KEY, self._version, correlation_id, client_id,
+                               type(self))
+
+    @property
+    def header(self) -> _Header | None:
+        return self._header
+
+    def expect_response(self) -> bool:
+        return True
+
+    def encode(self, version: int | None = None, header: bool = False,
+               framed: bool = False) -> bytes:
+        if version is not None:
+            self.API_VERSION = version
+        if self._version is None:
+            raise ValueError(f"{self.name}: no version chosen")
+        parts = []
+        if header:
+            if self._header is None:
+                raise ValueError(f"{self.name}: no header")
+            h = self._header
+            h.request_api_version = self._version
+            client = None if h.client_id is None else str(h.client_id).encode()
+            parts.append(_HEADER.pack(self.API_KEY, self._version, h.correlation_id))
+            parts.append(_I16.pack(-1) if client is None else _I16.pack(len(client)) + client)
+            if self.flexible(self._version):
+                parts.append(b"\x00")           # the header's tagged fields (none)
+        parts.append(self.encode_body(self._version))
+        data = b"".join(parts)
+        return _I32.pack(len(data)) + data if framed else data
+
+    def encode_body(self, version: int) -> bytes:
+        raise NotImplementedError
+
+    @classmethod
+    def decode_body(cls, buf: memoryview, version: int):
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{self.name}Request[v{self._version}] (pykafka)"
+
+
+class LeanMetadataRequest(LeanRequest):
+    """Metadata for ``topics`` (None: every topic), never creating one."""
+
+    API_KEY = METADATA_KEY
+    name = "Metadata"
+    min_version, max_version = METADATA_VERSIONS
+    flexible_from = METADATA_FLEXIBLE
+
+    def __init__(self, topics: Iterable[str] | None):
+        super().__init__()
+        self.topics = None if topics is None else list(topics)
+
+    def encode_body(self, version: int) -> bytes:
+        flexible = self.flexible(version)
+        out = []
+        if self.topics is None:
+            out.append(b"\x00" if flexible else _I32.pack(-1))
+        else:
+            out.append(_array_head(len(self.topics), flexible))
+            for name in self.topics:
+                if version >= 10:
+                    out.append(_NULL_UUID)
+                out.append(_string(name, flexible))
+                if flexible:
+                    out.append(b"\x00")
+        out.append(b"\x00")                         # allow_auto_topic_creation: false
+        if 8 <= version <= 10:
+            out.append(b"\x00")                     # include_cluster_authorized_operations
+        if version >= 8:
+            out.append(b"\x00")                     # include_topic_authorized_operations
+        if flexible:
+            out.append(b"\x00")
+        return b"".join(out)
+
+    @classmethod
+    def decode_body(cls, buf: memoryview, version: int) -> MetadataAnswer:
+        flexible = version >= METADATA_FLEXIBLE
+        (throttle,) = _I32.unpack_from(buf, 0)
+        pos = 4
+        n, pos = _array_len(buf, pos, flexible)
+        brokers = []
+        for _ in range(n):
+            (node_id,) = _I32.unpack_from(buf, pos)
+            host, pos = _read_string(buf, pos + 4, flexible)
+            (port,) = _I32.unpack_from(buf, pos)
+            rack, pos = _read_string(buf, pos + 4, flexible, nullable=True)
+            if flexible:
+                pos = _skip_tags(buf, pos)
+            brokers.append(Broker(node_id, host, port, rack))
+        cluster_id, pos = _read_string(buf, pos, flexible, nullable=True)
+        (controller_id,) = _I32.unpack_from(buf, pos)
+        pos += 4
+        n, pos = _array_len(buf, pos, flexible)
+        topics = []
+        with_epoch = version >= 7
+        head = _HIII if with_epoch else _HII
+        step = head.size
+        for _ in range(n):
+            (error_code,) = _I16.unpack_from(buf, pos)
+            name, pos = _read_string(buf, pos + 2, flexible, nullable=version >= 12)
+            if version >= 10:
+                pos += 16                           # topic_id
+            is_internal = buf[pos] != 0
+            count, pos = _array_len(buf, pos + 1, flexible)
+            parts = []
+            for _ in range(count):
+                fields = head.unpack_from(buf, pos)
+                pos += step
+                if flexible:                # replicas, isr, offline replicas: compact arrays
+                    for _ in range(3 if version >= 5 else 2):
+                        k = buf[pos]
+                        if k < 0x80 and k:
+                            pos += 1 + 4 * (k - 1)
+                        else:
+                            k, pos = _array_len(buf, pos, flexible)
+                            pos += 4 * k
+                    pos = pos + 1 if buf[pos] == 0 else _skip_tags(buf, pos)
+                else:
+                    for _ in range(3 if version >= 5 else 2):
+                        (k,) = _I32.unpack_from(buf, pos)
+                        if k < 0:
+                            raise ValueError("null replica list")
+                        pos += 4 + 4 * k
+                parts.append(MetadataPartition(fields[0], fields[1], fields[2],
+                                               fields[3] if with_epoch else -1))
+            if version >= 8:
+                pos += 4                            # topic_authorized_operations
+            if flexible:
+                pos = _skip_tags(buf, pos)
+            topics.append(MetadataTopic(error_code, name, is_internal, parts))
+        if 8 <= version <= 10:
+            pos += 4                                # cluster_authorized_operations
+        error_code = 0
+        if version >= 13:
+            (error_code,) = _I16.unpack_from(buf, pos)
+            pos += 2
+        if flexible:
+            pos = _skip_tags(buf, pos)
+        _check_end(buf, pos, cls.name, version)
+        return MetadataAnswer(version, throttle, brokers, cluster_id, controller_id, topics,
+                              error_code)
+
+
+class LeanListOffsetsRequest(LeanRequest):
+    """ListOffsets of ``partitions``: ``{topic: [(partition, current leader epoch, target)]}``
+    where the target is -2 (earliest), -1 (latest) or a timestamp in ms."""
+
+    API_KEY = LIST_OFFSETS_KEY
+    name = "ListOffsets"
+    min_version, max_version = LIST_OFFSETS_VERSIONS
+    flexible_from = LIST_OFFSETS_FLEXIBLE
+
+    def __init__(self, partitions: Mapping[str, Sequence[tuple[int, int, int]]], *,
+                 read_committed: bool, timeout_ms: int):
+        super().__init__()
+        self.partitions = partitions
+        self.read_committed = read_committed
+        self.timeout_ms = timeout_ms
+
+    def encode_body(self, version: int) -> bytes:
+        flexible = self.flexible(version)
+        out = [_I32.pack(-1)]                       # replica_id: a consumer
+        if version >= 2:
+            out.append(_I8.pack(1 if self.read_committed else 0))
+        out.append(_array_head(len(self.partitions), flexible))
+        if version >= 4:
+            part = struct.Struct(">iiqB" if flexible else ">iiq")
+            tail = (0,) if flexible else ()
+            encode = (lambda p, e, t: part.pack(p, e, t, *tail))
+        else:
+            part = struct.Struct(">iq")
+            encode = (lambda p, e, t: part.pack(p, t))
+        for topic, parts in self.partitions.items():
+            out.append(_string(topic, flexible))
+            out.append(_array_head(len(parts), flexible))
+            out.extend(encode(p, e, t) for p, e, t in parts)
+            if flexible:
+                out.append(b"\x00")
+        if version >= 10:
+            out.append(_I32.pack(self.timeout_ms))
+        if flexible:
+            out.append(b"\x00")
+        return b"".join(out)
+
+    @classmethod
+    def decode_body(cls, buf: memoryview, version: int) -> OffsetsAnswer:
+        flexible = version >= LIST_OFFSETS_FLEXIBLE
+        pos, throttle = 0, 0
+        if version >= 2:
+            (throttle,) = _I32.unpack_from(buf, 0)
+            pos = 4
+        with_epoch = version >= 4
+        head = _IHQQI if with_epoch else _IHQQ
+        step = head.size
+        n, pos = _array_len(buf, pos, flexible)
+        topics = []
+        for _ in range(n):
+            name, pos = _read_string(buf, pos, flexible)
+            count, pos = _array_len(buf, pos, flexible)
+            parts = []
+            for _ in range(count):
+                fields = head.unpack_from(buf, pos)
+                pos += step
+                if flexible:
+                    # no tagged fields (one zero byte) is the rule: skip it without a call
+                    pos = pos + 1 if buf[pos] == 0 else _skip_tags(buf, pos)
+                parts.append(OffsetsPartition(fields[0], fields[1], fields[2], fields[3],
+                                              fields[4] if with_epoch else -1))
+            if flexible:
+                pos = _skip_tags(buf, pos)
+            topics.append(OffsetsTopic(name, parts))
+        if flexible:
+            pos = _skip_tags(buf, pos)
+        _check_end(buf, pos, cls.name, version)
+        return OffsetsAnswer(version, throttle, topics)
+
+
+def brokers_only(response) -> MetadataAnswer:
+    """What kafka-python's cluster takes in of a Metadata answer (this module's or
+    kafka-python's own): its brokers, controller and cluster id, no topics."""
+    brokers = [Broker(b.node_id, b.host, b.port, getattr(b, "rack", None))
+               for b in response.brokers]
+    return MetadataAnswer(response.API_VERSION, getattr(response, "throttle_time_ms", 0),
+                          brokers, getattr(response, "cluster_id", None),
+                          getattr(response, "controller_id", -1), [])
+
+
+# --- primitives -----------------------------------------------------------------------------
+
+def _array_head(n: int, flexible: bool) -> bytes:
+    return _uvarint_bytes(n + 1) if flexible else _I32.pack(n)
+
+
+def _string(value: str, flexible: bool) -> bytes:
+    data = value.encode()
+    return (_uvarint_bytes(len(data) + 1) if flexible else _I16.pack(len(data))) + data
+
+
+def _uvarint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _read_string(buf: memoryview, pos: int, flexible: bool,
+                 nullable: bool = False) -> tuple[str | None, int]:
+    n, pos = _length(buf, pos, flexible, _I16)
+    if n < 0:
+        if not nullable:
+            raise ValueError("null string where one is required")
+        return None, pos
+    if pos + n > len(buf):
+        raise ValueError("string runs past the frame end")
+    return str(buf[pos:pos + n], "utf-8"), pos + n
+
+
+def _check_end(buf: memoryview, pos: int, name: str, version: int) -> None:
+    if pos != len(buf):
+        raise ValueError(f"{name} v{version} answer: {len(buf) - pos} bytes left over")
+
+
+__all__ = ["Broker", "brokers_only", "LeanListOffsetsRequest", "LeanMetadataRequest", "LeanRequest",
+           "MetadataAnswer", "OffsetsAnswer"]
