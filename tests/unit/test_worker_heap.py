@@ -71,6 +71,39 @@ def test_any_other_process_is_left_as_it_is(reuse):
     assert seen["first"] == seen["later"] == 0
 
 
+_RUNNER_PROBE = textwrap.dedent("""
+    import gc, json, pickle, runpy, sys, types
+    from kafka_source.config.options import parse_stream_options
+    from kafka_source.read.stream import KafkaStreamReader
+
+    # What `python -m pyspark.sql.streaming.python_streaming_source_runner` makes __main__
+    main = types.ModuleType("__main__")
+    main.__spec__ = types.SimpleNamespace(name=sys.argv[1])
+    sys.modules["__main__"] = main
+    reader = KafkaStreamReader(parse_stream_options({
+        "kafka.bootstrap.servers": "localhost:9092", "subscribe": "t"}))
+    before = gc.get_freeze_count()
+    pickle.loads(pickle.dumps(reader))
+    print(json.dumps({"before": before, "first": gc.get_freeze_count()}))
+""")
+
+
+@pytest.mark.parametrize("main, spark_worker, frozen", [
+    (worker_heap.STREAMING_SOURCE_RUNNER, True, True),
+    (worker_heap.STREAMING_SOURCE_RUNNER, False, False),     # not started by Spark
+    ("pyspark.sql.worker.plan_data_source_read", True, False),
+])
+def test_the_drivers_streaming_source_runner_freezes_its_heap_too(main, spark_worker, frozen):
+    """The driver side of a stream lives in its own long-lived process, started without the
+    daemon (no SPARK_REUSE_WORKER): its first stream reader freezes the heap as a reused
+    worker's first reader does; Spark's other Python processes are left as they are."""
+    env = {worker_heap._SPARK_WORKER_VAR: "secret"} if spark_worker else {}
+    script = _RUNNER_PROBE.replace("sys.argv[1]", repr(main))
+    seen = in_fresh_interpreter(script, env)
+    assert seen["before"] == 0
+    assert (seen["first"] > 10_000) is frozen
+
+
 # -- the allocator's thresholds ---------------------------------------------------------------
 
 _CHURN = textwrap.dedent("""
