@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -158,6 +159,7 @@ def query_main(args) -> None:
             if s is not None:
                 tasks.append(s.numTasks)
     spark.stop()
+    shutil.rmtree(checkpoint, ignore_errors=True)     # one per query: do not leave them in /tmp
     first_ts = progress[0]["timestamp"] if progress else None
     print(json.dumps({"reader": args.reader, "progress": [
         {"batchId": p["batchId"], "timestamp": p["timestamp"], "rows": p["numInputRows"],
