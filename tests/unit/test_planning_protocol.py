@@ -179,8 +179,10 @@ def test_versions_outside_those_written_here_are_refused():
         LeanListOffsetsRequest({}, read_committed=False, timeout_ms=1).API_VERSION = 0
 
 
+@pytest.mark.parametrize("header_tags", [b"\x00", b"\x01\x05\x02ab"])   # none; one of 2 bytes
 @pytest.mark.parametrize("broker_max, expected", [(7, 7), (12, 12), (99, 13)])
-def test_a_connection_sends_the_highest_version_both_sides_have(broker_max, expected):
+def test_a_connection_sends_the_highest_version_both_sides_have(broker_max, expected,
+                                                                header_tags):
     """Through kafka-python's own version choice and protocol parser, as a connection does:
     the version is the broker's highest up to ours, the bytes are the request's, and the answer
     read back by the parser (flexible header included) is this module's decoding."""
@@ -198,7 +200,7 @@ def test_a_connection_sends_the_highest_version_both_sides_have(broker_max, expe
         "topic-0"
     answer = _metadata_answer(expected)
     body = answer.encode(version=expected)
-    header = struct.pack(">i", correlation_id) + (b"\x00" if expected >= 9 else b"")
+    header = struct.pack(">i", correlation_id) + (header_tags if expected >= 9 else b"")
     frame = struct.pack(">i", len(header) + len(body)) + header + body
     ((got_id, response),) = protocol.receive_bytes(frame)
     assert got_id == correlation_id

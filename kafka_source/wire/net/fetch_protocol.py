@@ -249,10 +249,15 @@ def _array_len(buf, pos: int, flexible: bool, nullable: bool = False) -> tuple[i
     return n, pos
 
 
-def _string(buf, pos: int, flexible: bool) -> tuple[str, int]:
+def _string(buf, pos: int, flexible: bool, *, nullable: bool = False,
+            what: str = "topic name") -> tuple[str | None, int]:
+    """A string field (``what`` names it in errors); None for a null one where it may be null
+    (``nullable``). Also :mod:`.planning_protocol`'s."""
     n, pos = _length(buf, pos, flexible, _I16)
     if n < 0:
-        raise ValueError("null topic name")
+        if nullable:
+            return None, pos
+        raise ValueError(f"null {what}")
     if pos + n > len(buf):
-        raise ValueError("topic name runs past the frame end")
+        raise ValueError(f"{what} runs past the frame end")
     return str(buf[pos:pos + n], "utf-8"), pos + n
