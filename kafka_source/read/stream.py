@@ -110,6 +110,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from .admission import hold_back, rate_limit
 from ..wire.net.client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient, TopicPartition
+from ..wire.net.metadata_view import topic_id_text
 from ..errors import BrokerUnavailableError, KafkaSourceError, OptionError
 from .offsets import (OffsetRange, OffsetResolver, check_start_for_data_loss, on_data_loss,
                       partitions_in_metadata, planning_retries, subscription_topics)
@@ -168,6 +169,11 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         # member.generations_lost_at_assignment at the last trigger (None: no trigger yet).
         self._lost_seen: int | None = None
         self._known: set[TopicPartition] | None = None  # partitions when this reader began
+        # Each topic's id as of the last trigger (Kafka 2.8+): a new one means the topic was
+        # deleted and created again under its name (_recreated).
+        self._topic_ids: dict[str, bytes] = {}
+        # Their old positions (offsets of the deleted log), until Spark's commits are past them
+        self._replaced: Offsets = {}
         self._initial: Offsets | None = None
         self._planned = False                            # initialOffset/latestOffset ran
         # After a restart: the group's committed offsets ahead of the checkpoint, not to be
@@ -326,9 +332,12 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
             self._latest = latest
             end = self._admit(kept, latest, limit)
         else:
+            partitions = self._current_partitions(strict=False)
+            # Positions in a topic created again since: not the new topic's, never committed
+            recreated = self._recreated(start_pos)
+            start_pos = {tp: off for tp, off in start_pos.items() if tp not in recreated}
             if member.stable:
                 self._commit_completed(start_pos)  # before a rebalance can take partitions away
-            partitions = self._current_partitions(strict=False)
             self._check_vanished(start_pos, partitions)
             owned = self._assignment(partitions)
             self._commit_completed(start_pos)
@@ -506,6 +515,14 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
             return  # the query's starting point, not the end of a batch
         # After fencing nothing is trusted: a partition is committed again only once adopted.
         previous = frozenset() if self._fenced() else self._previous
+        if self._replaced:
+            # Spark's commit of the batch before a topic was created again names offsets of
+            # the deleted log: not the new topic's (_recreated)
+            for tp, old in list(self._replaced.items()):
+                if tp in completed and completed[tp] != old:
+                    del self._replaced[tp]
+            completed = {tp: off for tp, off in completed.items()
+                         if self._replaced.get(tp) != off}
         todo = {tp: off for tp, off in self._trusted(completed, self.member.assignment,
                                                       previous).items()
                 if self._committed.get(tp) != off and off >= self._floor.get(tp, off)}
@@ -631,6 +648,43 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
             log.info("Adopting %s-%d at offset %d (%s)", tp[0], tp[1], offset, how)
             result[tp] = offset
         return result
+
+    def _recreated(self, start: Offsets) -> Offsets:
+        """The positions of ``start`` in topics whose id changed since the last trigger: each
+        was deleted and created again under its name (KIP-516 topic ids, Kafka 2.8+; on older
+        brokers only the log-end checks can notice, when the new log ends before the
+        position). Such a position is an offset of the old log: reading on from it would skip
+        the new topic's first records, or, where the new log is shorter, wait for offsets the
+        old one had. Data loss (``failOnDataLoss``); with ``false`` its partitions are read
+        from the new topic's log start, as partitions new to the query."""
+        view = getattr(self.client, "view", None)
+        changed = {}
+        for topic in sorted({t for t, _ in start} | set(self._counts)):
+            now = view.topic_id(topic) if view is not None else None
+            if now is None:
+                continue
+            before = self._topic_ids.get(topic)
+            self._topic_ids[topic] = now
+            if before is not None and before != now:
+                changed[topic] = (before, now)
+        positions = {tp: off for tp, off in start.items() if tp[0] in changed}
+        if not positions:
+            return {}
+        topics = ", ".join(f"'{t}' (id {topic_id_text(a)}, now {topic_id_text(b)})"
+                           for t, (a, b) in sorted(changed.items()))
+        self._data_loss(f"Topic(s) {topics} were deleted and created again while the query read "
+                        "them: records of the old topic not yet read "
+                        f"({_describe(sorted(positions))}) are lost, and the new topic's offsets "
+                        "are not the old ones.",
+                        "Reading the new topic from its log start")
+        for tp in positions:
+            if self._known is not None:
+                self._known.discard(tp)          # adopted as a partition new to the query
+            self._truncation.marks.pop(tp, None)
+            self._committed.pop(tp, None)
+            self._floor.pop(tp, None)
+        self._replaced.update(positions)
+        return positions
 
     def _check_vanished(self, start: Offsets, partitions: list[TopicPartition]) -> None:
         existing = set(partitions)

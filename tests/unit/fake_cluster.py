@@ -69,6 +69,8 @@ class FakeCluster:
         self.bootstrap_servers = "fake:9092"
         self.metadata_calls: list = []
         self.topic_errors: dict[str, list[int]] = {}   # topic -> queued error codes
+        # topic -> its id (KIP-516, 16 bytes), as Kafka 2.8+ answers; absent: none, as older
+        self.topic_ids: dict[str, bytes] = {}
         self.metadata_failures: list[Exception] = []    # raised by the next metadata() calls
         # What BrokerClient keeps of the answers; vanished partitions are believed after two
         # answers (no waiting: the time bound is tested with BrokerClient in test_client.py).
@@ -109,7 +111,10 @@ class FakeCluster:
             if topic == "__consumer_offsets":
                 parts = {0: PartitionInfo(self.leader, 0)}
             # What a broker answers for a topic that does not exist (no auto-creation).
-            result[topic] = TopicInfo(topic, 0 if parts else UNKNOWN_TOPIC_OR_PARTITION, parts)
+            result[topic] = TopicInfo(topic, 0 if parts else UNKNOWN_TOPIC_OR_PARTITION, parts,
+                                      self.topic_ids.get(topic) if parts else None)
+        self.view.check_topic_ids(self.leader, {t: i.topic_id for t, i in result.items()
+                                                if not i.error_code})
         self.view.seen(result)
         return result
 

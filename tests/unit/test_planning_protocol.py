@@ -7,6 +7,7 @@ kafka-python connection's parser, as the client sends them."""
 from __future__ import annotations
 
 import struct
+import uuid
 
 import pytest
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
@@ -84,11 +85,22 @@ def test_metadata_answers_decode_to_kafkas_fields(version):
     assert ours.cluster_id == "cluster-1" and ours.controller_id == 2 and ours.error_code == 0
     assert [(t.name, t.error_code, t.is_internal) for t in ours.topics] == [
         ("topic-0", 0, False), ("topic-1", 0, True), ("topic-2", 3, False)]
+    # the topic id (KIP-516) as its 16 bytes, from v10 on
+    expected_id = uuid.UUID(UUID).bytes if version >= 10 else None
+    assert [t.topic_id for t in ours.topics] == [expected_id] * 3
     for t_ours, t_theirs in zip(ours.topics, theirs.topics):
         assert [(p.partition_index, p.error_code, p.leader_id, p.leader_epoch)
                 for p in t_ours.partitions] == [
             (p.partition_index, p.error_code, p.leader_id,
              p.leader_epoch if version >= 7 else -1) for p in t_theirs.partitions]
+
+
+def test_a_topic_without_an_id_has_none():
+    theirs = _metadata_answer(12)
+    for topic in theirs.topics:
+        topic.topic_id = uuid.UUID(int=0)          # Kafka's Uuid.ZERO_UUID
+    ours = LeanMetadataRequest.decode_body(memoryview(theirs.encode(version=12)), 12)
+    assert [t.topic_id for t in ours.topics] == [None] * 3
 
 
 def test_metadata_v13_answer_keeps_its_top_level_error():

@@ -1039,6 +1039,86 @@ def test_a_broker_that_does_not_know_the_topics_yet_is_not_taken_for_a_deletion(
     assert all(topics == ["t", "u"] for topics, _ in member.ensure_calls)   # never resubscribed
 
 
+def _recreate(cluster, topic, ends, topic_id):
+    """``topic`` deleted and created again with logs ending at ``ends`` ({partition: end}) and
+    a new id, as a Kafka 2.8+ broker answers then."""
+    cluster.delete_topic(topic)
+    for p, end in ends.items():
+        cluster.set((topic, p), end, log_start=0)
+    cluster.topic_ids[topic] = topic_id
+
+
+OLD_ID, NEW_ID = bytes(range(1, 17)), bytes(range(101, 117))
+
+
+def test_a_topic_created_again_with_a_longer_log_fails_naming_it():
+    # The new log ends past the query's position: without topic ids the query would read on
+    # from offset 10 of the new topic, skipping its first 10 records without a word.
+    cluster = Cluster({T0: 10, ("u", 0): 5})
+    cluster.topic_ids.update(t=OLD_ID, u=bytes(16))
+    member = FakeMember([T0, ("u", 0)])
+    spark = Spark(make_reader(cluster, member, subscribe="t,u", startingOffsets="earliest"))
+    assert spark.trigger() == [("t", 0, 0, 10), ("u", 0, 0, 5)]
+    _recreate(cluster, "t", {0: 25}, NEW_ID)
+    with pytest.raises(DataLossError) as info:
+        spark.trigger()
+    message = str(info.value)
+    # the ids as Kafka's tools print them (URL-safe base64)
+    for part in ("'t'", "deleted and created again", "t-0", "failOnDataLoss",
+                 "AQIDBAUGBwgJCgsMDQ4PEA", "ZWZnaGlqa2xtbm9wcXJzdA"):
+        assert part in message
+    assert member.commits == []            # nothing of the old log committed for the new
+
+
+def test_a_topic_created_again_is_read_from_its_start_without_failing(caplog):
+    cluster = Cluster({T0: 10, T1: 10})
+    cluster.topic_ids["t"] = OLD_ID
+    member = FakeMember([T0, T1])
+    spark = Spark(make_reader(cluster, member, startingOffsets="earliest", failOnDataLoss="false"))
+    assert spark.trigger() == [("t", 0, 0, 10), ("t", 1, 0, 10)]
+    assert member.commits == []            # Spark commits batch 1 when it has planned batch 2
+    _recreate(cluster, "t", {0: 25, 1: 3, 2: 4}, NEW_ID)     # longer, shorter, one more
+    member.assign(T0, T1, ("t", 2))
+    with caplog.at_level(logging.WARNING):
+        assert spark.trigger() == []                       # a batch that moves to the new start
+    assert "deleted and created again" in caplog.text and "t-0, t-1" in caplog.text
+    assert spark.start == o(t={0: 0, 1: 0, 2: 0})
+    assert member.commits == []            # batch 1's end, 10, is no offset of the new topic
+    # every record of the new topic, from offset 0: none skipped (t-0), none waited for (t-1)
+    assert spark.trigger() == [("t", 0, 0, 25), ("t", 1, 0, 3), ("t", 2, 0, 4)]
+    assert spark.trigger() is None
+    assert member.group == {T0: 25, T1: 3, ("t", 2): 4}
+
+
+def test_a_topic_whose_id_stays_is_not_taken_for_a_new_one():
+    cluster = Cluster({T0: 10})
+    cluster.topic_ids["t"] = OLD_ID
+    member = FakeMember([T0])
+    spark = Spark(make_reader(cluster, member, startingOffsets="earliest"))
+    assert spark.trigger() == [("t", 0, 0, 10)]
+    cluster.set(T0, 12)
+    assert spark.trigger() == [("t", 0, 10, 12)]
+
+
+def test_a_broker_behind_the_new_topic_id_is_asked_again():
+    # A broker that has not heard of the deletion yet names the old id after another broker
+    # named the new one: a stale answer (asked again), never the old topic back.
+    from kafka_source.wire.net.metadata_view import MetadataView, UnconfirmedAnswer
+
+    view = MetadataView(confirm_ms=0)
+    view.check_topic_ids(1, {"t": OLD_ID})
+    view.check_epochs(1, {T0: 7})
+    view.check_topic_ids(2, {"t": NEW_ID})
+    assert view.topic_id("t") == NEW_ID
+    view.check_epochs(2, {T0: 0})              # the new topic's epochs start again
+    assert view.epoch(T0) == 0
+    with pytest.raises(UnconfirmedAnswer, match="created again"):
+        view.check_topic_ids(3, {"t": OLD_ID})
+    assert view.avoid == 3 and view.topic_id("t") == NEW_ID
+    view.check_topic_ids(1, {"t": None})       # a broker that gives none changes nothing
+    assert view.topic_id("t") == NEW_ID
+
+
 def test_vanished_partition_is_data_loss():
     cluster = Cluster({T0: 10, T1: 10})
     member = FakeMember([T0, T1])

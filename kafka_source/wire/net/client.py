@@ -81,6 +81,8 @@ class TopicInfo:
     name: str
     error_code: int
     partitions: Mapping[int, PartitionInfo]
+    # The topic's id (KIP-516; Metadata v10+, Kafka 2.8+), 16 bytes; None from older brokers
+    topic_id: bytes | None = None
 
 
 class UnsettledMetadata(RetriableBrokerError):
@@ -461,8 +463,11 @@ class BrokerClient:
             parts = {p.partition_index: PartitionInfo(p.leader_id, p.error_code,
                                                       getattr(p, "leader_epoch", -1))
                      for p in topic.partitions}
-            result[topic.name] = TopicInfo(topic.name, topic.error_code, parts)
+            result[topic.name] = TopicInfo(topic.name, topic.error_code, parts,
+                                           getattr(topic, "topic_id", None))
         try:
+            self.view.check_topic_ids(node, {t: info.topic_id for t, info in result.items()
+                                             if not info.error_code})
             self.view.check_epochs(node, {(t, p): i.leader_epoch for t, info in result.items()
                                           for p, i in info.partitions.items()})
         except UnconfirmedAnswer as exc:

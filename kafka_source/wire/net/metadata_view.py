@@ -21,9 +21,12 @@ of other brokers where there are others; an answer that has it ends the doubt. A
 partition that really was deleted is still reported, within that bound, with the same clear
 message as before (data loss, subject to ``failOnDataLoss``, or "does not exist").
 
-A stale view that persists beyond the same bound is accepted after all: a topic deleted and
-created again under the same name starts its leader epochs anew, and brokers older than 2.8 give
-no topic id to tell the two apart.
+A topic deleted and created again under the same name keeps the name, not its id (KIP-516:
+Metadata v10+, Kafka 2.8+). An answer with a new id for a topic replaces the old one at once:
+its leader epochs, which start anew, and its partitions are forgotten, so that the new topic is
+not doubted as a stale view of the old one. An answer that names an id seen replaced comes
+from a broker behind: stale, asked again. Brokers older than 2.8 give no topic id to tell the
+two apart: a stale view there that persists beyond the bound above is accepted after all.
 
 A topic this client has never seen that an answer calls unknown is reported at once, unless the
 broker that answered lists no topic at all (asked once, only then): that is the broker above
@@ -32,6 +35,7 @@ that knows the brokers but not yet the partitions, not a cluster without the top
 
 from __future__ import annotations
 
+import base64
 import logging
 import time
 from dataclasses import dataclass, field
@@ -67,6 +71,14 @@ class _Absence:
     brokers: set = field(default_factory=set)
 
 
+def topic_id_text(topic_id: bytes | None) -> str:
+    """A topic id as Kafka's tools print it (``kafka-topics.sh --describe``: Uuid.toString(),
+    URL-safe base64 without padding)."""
+    if topic_id is None:
+        return "none"
+    return base64.urlsafe_b64encode(topic_id).decode().rstrip("=")
+
+
 def confirm_ms_for(request_timeout_ms: int) -> int:
     """How long absence is doubted under ``kafka.request.timeout.ms``."""
     return max(0, min(MAX_CONFIRM_MS, request_timeout_ms // 2))
@@ -86,8 +98,45 @@ class MetadataView:
         self._stale_since: dict[TopicPartition, float] = {}
         self._partitions: dict[str, set[int]] = {}       # readable topics -> partitions seen
         self._absent: dict[TopicPartition, _Absence] = {}
+        self._topic_ids: dict[str, bytes] = {}            # the newest id seen per topic
+        self._replaced_ids: dict[str, set[bytes]] = {}    # ids a topic had before
         #: The broker whose answer was doubted last: ask another one next (None: any).
         self.avoid: object = None
+
+    # --- topic ids ----------------------------------------------------------------------------
+
+    def topic_id(self, topic: str) -> bytes | None:
+        """The id of ``topic`` as last seen (None: none seen, a broker before Kafka 2.8). It
+        never goes back to an id it replaced."""
+        return self._topic_ids.get(topic)
+
+    def check_topic_ids(self, node, ids: Mapping[str, bytes | None]) -> None:
+        """Raise :class:`UnconfirmedAnswer` when ``node`` names a topic by an id that was
+        replaced (a broker behind the deletion); else take the ids in. A topic whose id
+        changed was deleted and created again: what was seen of the old one is forgotten."""
+        stale = sorted(t for t, i in ids.items()
+                       if i is not None and i in self._replaced_ids.get(t, ()))
+        if stale:
+            self.avoid = node
+            raise UnconfirmedAnswer(f"broker {node} answered Metadata with the id that topic(s) "
+                                    f"{', '.join(stale[:5])} had before they were created "
+                                    "again; asking again")
+        for topic, topic_id in ids.items():
+            if topic_id is None:
+                continue
+            known = self._topic_ids.get(topic)
+            if known is not None and known != topic_id:
+                log.warning("Topic '%s' was deleted and created again: its id changed from %s "
+                            "to %s", topic, topic_id_text(known), topic_id_text(topic_id))
+                self._replaced_ids.setdefault(topic, set()).add(known)
+                self._forget(topic)
+            self._topic_ids[topic] = topic_id
+
+    def _forget(self, topic: str) -> None:
+        for table in (self._epochs, self._stale_since, self._absent):
+            for tp in [tp for tp in table if tp[0] == topic]:
+                del table[tp]
+        self._partitions.pop(topic, None)
 
     # --- leader epochs ------------------------------------------------------------------------
 

@@ -49,6 +49,8 @@ LIST_OFFSETS_FLEXIBLE = 6
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+#: Kafka's Uuid.ZERO_UUID: a topic without an id (a broker that has none for it)
+_NO_TOPIC_ID = bytes(16)
 _HEADER = struct.Struct(">hhi")            # api key, api version, correlation id
 _HII = struct.Struct(">hii")               # error code, partition index, leader id
 _HIII = struct.Struct(">hiii")             # ... and leader epoch (Metadata v7+)
@@ -75,6 +77,9 @@ class MetadataTopic:
     name: str | None           # None only from v12 on, for a topic asked by id
     is_internal: bool
     partitions: list[MetadataPartition]
+    # v10+ (Kafka 2.8+, KIP-516): the 16 bytes of the topic's id, which a topic deleted and
+    # created again under the same name does not keep; None before v10 or when all zero
+    topic_id: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -91,7 +96,7 @@ class _Answer:
 
 @dataclass(slots=True)
 class MetadataAnswer(_Answer):
-    """A decoded Metadata response. ``topic_id`` and the replica lists are not kept."""
+    """A decoded Metadata response. The replica lists are not kept."""
 
     brokers: list[Broker]
     cluster_id: str | None
@@ -316,8 +321,13 @@ class LeanMetadataRequest(LeanRequest):
         for _ in range(n):
             (error_code,) = _I16.unpack_from(buf, pos)
             name, pos = _read_string(buf, pos + 2, flexible, nullable=version >= 12)
+            topic_id = None
             if version >= 10:
-                pos += 16                           # topic_id
+                topic_id = bytes(buf[pos:pos + 16])
+                if len(topic_id) != 16:
+                    raise ValueError("topic id runs past the frame end")
+                topic_id = None if topic_id == _NO_TOPIC_ID else topic_id
+                pos += 16
             is_internal = buf[pos] != 0
             count, pos = _array_len(buf, pos + 1, flexible)
             parts = []
@@ -345,7 +355,7 @@ class LeanMetadataRequest(LeanRequest):
                 pos += 4                            # topic_authorized_operations
             if flexible:
                 pos = _skip_tags(buf, pos)
-            topics.append(MetadataTopic(error_code, name, is_internal, parts))
+            topics.append(MetadataTopic(error_code, name, is_internal, parts, topic_id))
         if 8 <= version <= 10:
             pos += 4                                # cluster_authorized_operations
         error_code = 0
