@@ -721,3 +721,41 @@ def test_a_topic_deleted_and_created_again_under_a_running_query(
                        f"the group's commits to reach {new}")
     finally:
         query.stop()
+
+
+@pytest.mark.skip_on_embedded("the embedded Tansu broker does not support CreatePartitions "
+                              "(IncompatibleBrokerVersion), so the topic cannot grow there")
+def test_a_topic_growing_again_and_again_under_a_running_query_loses_nothing(
+        spark, bootstrap_servers, group_timeouts, tmp_path):
+    # A partition count that keeps changing while records keep coming (issue 38 item 6): each
+    # new partition is adopted at the next trigger, from offset 0, and every record is read
+    # exactly once, those written to a partition before the query saw it included.
+    topic = unique_topic_name("growing")
+    create_topic(bootstrap_servers, topic, partitions=1)
+    group = unique_topic_name("g-growing")
+    out = str(tmp_path / "out")
+    query = start_stream(spark, stream_options(
+        bootstrap_servers, topic, group_timeouts,
+        **{"kafka.group.id": group, "startingOffsets": "earliest"}), str(tmp_path / "ck"), out)
+    produced: dict[int, int] = {0: 0}
+    try:
+        for count in (1, 2, 4, 7, 8):
+            if count > len(produced):
+                grow_topic(bootstrap_servers, topic, count)
+                produced.update({p: 0 for p in range(len(produced), count)})
+            # at once into the new partitions: the query sees them only at its next trigger
+            batch = {p: 5 for p in produced}
+            produce_counts(bootstrap_servers, topic, batch, start=produced, one_per_batch=False)
+            for p in batch:
+                produced[p] += batch[p]
+            total = sum(produced.values())
+            wait_until(lambda: query.exception() or len(sink_rows(spark, out)) >= total, 90,
+                       f"{total} records over {count} partitions")
+            assert query.exception() is None, query.exception()
+        rows = sink_rows(spark, out)
+        assert len(rows) == len(set(rows)) == sum(produced.values())     # none twice
+        assert sorted(rows) == expected_rows(produced)                   # none lost
+        wait_until(lambda: committed(bootstrap_servers, group, topic) == produced, 30,
+                   f"the group's commits to reach {produced}")
+    finally:
+        query.stop()
