@@ -129,18 +129,25 @@ def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, fl
             for k in sorted(set(before) | set(after))}
 
 
-def memory_kb(pid: int) -> tuple[int, int] | None:
-    """(VmHWM, VmRSS) in kB, or None when the process is gone."""
+def status_values(pid: int, *names: str) -> dict[str, int] | None:
+    """The numeric fields ``names`` of ``/proc/PID/status`` (``VmRSS``, ``Threads``...; sizes
+    in kB), 0 for those it lacks; None when the process is gone."""
     status = _read(f"/proc/{pid}/status")
     if status is None:
         return None
-    hwm = rss = 0
+    wanted = {name.encode() + b":": name for name in names}
+    values = dict.fromkeys(names, 0)
     for line in status.splitlines():
-        if line.startswith(b"VmHWM:"):
-            hwm = int(line.split()[1])
-        elif line.startswith(b"VmRSS:"):
-            rss = int(line.split()[1])
-    return hwm, rss
+        name = wanted.get(line.split(b"\t", 1)[0].split(b" ", 1)[0])
+        if name is not None:
+            values[name] = int(line.split()[1])
+    return values
+
+
+def memory_kb(pid: int) -> tuple[int, int] | None:
+    """(VmHWM, VmRSS) in kB, or None when the process is gone."""
+    values = status_values(pid, "VmHWM", "VmRSS")
+    return None if values is None else (values["VmHWM"], values["VmRSS"])
 
 
 def peak_rss_mb_self() -> float:

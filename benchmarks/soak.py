@@ -70,6 +70,8 @@ REPO_ROOT = HERE.parent
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(1, str(HERE))
 
+from procmon import _read, descendants, status_values  # noqa: E402  (benchmarks/ on the path)
+
 BROKERS = {"4.0": ("kraft", "KAFKA_HOME", REPO_ROOT.parent / "shared" / "kafka"),
            "2.2": ("zookeeper", "KAFKA_ZK_HOME", REPO_ROOT.parent / "shared" / "kafka22")}
 EVENTS = ("java-consumer", "query-restart", "broker-restart")
@@ -101,14 +103,6 @@ def parse_duration(text: str) -> float:
 # What the processes hold, from /proc
 # --------------------------------------------------------------------------------------------
 
-def _read(path: str) -> bytes | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError:
-        return None
-
-
 def process_kind(cmdline: bytes) -> str | None:
     """Which of :data:`KINDS` a process below this one is, by its command line; None for the
     others (brokers, ZooKeeper, the Java consumer, tools)."""
@@ -132,15 +126,10 @@ def process_figures(pid: int) -> dict | None:
     processes that map it, so the PSS of a kind's processes adds up to what they hold together;
     their RSS counts a page as often as processes map it, which for the workers Spark's daemon
     forks (sharing the daemon's pages copy-on-write) is several times as much."""
-    status = _read(f"/proc/{pid}/status")
+    status = status_values(pid, "VmRSS", "Threads")
     if status is None:
         return None
-    rss_kb = threads = 0
-    for line in status.splitlines():
-        if line.startswith(b"VmRSS:"):
-            rss_kb = int(line.split()[1])
-        elif line.startswith(b"Threads:"):
-            threads = int(line.split()[1])
+    rss_kb, threads = status["VmRSS"], status["Threads"]
     pss_kb = rss_kb
     for line in (_read(f"/proc/{pid}/smaps_rollup") or b"").splitlines():
         if line.startswith(b"Pss:"):
@@ -179,30 +168,13 @@ def established_to(ports: set[int], tables=("/proc/net/tcp", "/proc/net/tcp6")) 
     return out
 
 
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        stat = _read(f"/proc/{entry}/stat")
-        if stat:
-            ppid = int(stat[stat.rfind(b")") + 2:].split()[1])
-            children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
 def sample_processes(broker_ports: dict[int, int], root: int | None = None) -> dict:
     """Per kind (:data:`KINDS`): summed RSS, fds, threads and the count of processes; and the
     connections of all of them to each broker (``conn_<node>``), keyed by node id."""
     totals = {kind: {"pss_mb": 0.0, "rss_mb": 0.0, "fds": 0, "threads": 0, "processes": 0}
               for kind in KINDS}
     sockets: set[int] = set()
-    for pid in _descendants(root or os.getpid()):
+    for pid in sorted(descendants(root or os.getpid())):
         kind = process_kind(_read(f"/proc/{pid}/cmdline") or b"")
         if kind is None:
             continue
