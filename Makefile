@@ -28,7 +28,7 @@ SPARK_PY_ENV = PYSPARK_PYTHON="$(CURDIR)/$(VPY)" PYSPARK_DRIVER_PYTHON="$(CURDIR
 # The unit tests: everything that needs neither a broker nor Spark (conftest.py marks the rest).
 UNIT_MARKS  := -m "not integration and not spark"
 
-.PHONY: help install install-bench check-java check test ci demo bench bench-avro bench-scale soak docs docs-build release-check clean
+.PHONY: help install install-bench check-java check test ci demo bench bench-avro bench-scale bench-latency soak docs docs-build release-check clean
 
 help:
 	@echo "make install   create $(VENV) and install the package with its test extras (idempotent)"
@@ -38,6 +38,7 @@ help:
 	@echo "make demo      the streaming demo: a query in a consumer group, its lag, a resume (notebooks/demo.py)"
 	@echo "make bench     run benchmarks/run.py, then benchmarks/avro_read.py (installs the 'bench' extras)"
 	@echo "make bench-scale  trigger cost at 100 to 10,000 partitions, pykafka and Spark's JVM source (benchmarks/scale.py)"
+	@echo "make bench-latency  produce-to-output latency, p50/p99/p99.9, pykafka and Spark's JVM source and sink (benchmarks/latency.py)"
 	@echo "make soak DURATION=1h  an exactly-once stream through group churn, query and broker restarts on 3-node Kafka 4.0 and 2.2 clusters (benchmarks/soak.py)"
 	@echo "make docs      serve the documentation site on http://$(DOCS_ADDR) (docs/, mkdocs.yml)"
 	@echo "make docs-build  build the site into site/ with mkdocs build --strict (as CI does)"
@@ -127,6 +128,13 @@ bench-avro: check-java install-bench
 # (benchmarks/scale.py; BENCH_SCALE_ARGS="--partitions 100,1000 --pattern-topics 0").
 bench-scale: check-java install-bench
 	$(SPARK_PY_ENV) $(VPY) benchmarks/scale.py --json benchmarks/results/scale-$$(date +%Y%m%d-%H%M%S).json $(BENCH_SCALE_ARGS)
+
+# End-to-end latency (issue 38): produce -> stream -> output topic at 1,000 and 10,000 records/s,
+# processingTime 0 and 100 ms, pykafka beside Spark's JVM source and sink, on Kafka 4.0
+# (benchmarks/latency.py; BENCH_LATENCY_ARGS="--rates 1000 --seconds 30").
+BENCH_LATENCY_ARGS ?=
+bench-latency: check-java install-bench
+	$(SPARK_PY_ENV) $(VPY) benchmarks/latency.py --json benchmarks/results/latency-$$(date +%Y%m%d-%H%M%S).json $(BENCH_LATENCY_ARGS)
 
 # Soak (issue 38): an exactly-once stream for DURATION (3600, 20m, 1h) on a three-node cluster of
 # each generation in SOAK_BROKERS, one after the other, while a Java consumer joins and leaves its
