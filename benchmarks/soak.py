@@ -26,6 +26,8 @@ comes every ``3 * --every`` seconds: the Java consumer joins the steady group (a
 1, 2, 3 in turn, controlled shutdowns and SIGKILLs alternating; the next event waits until the
 node is back in every ISR). Every ``--sample`` seconds (default 60) one row of figures is kept:
 
+* the driver JVM's old generation and metaspace in use (``jstat -gc``: its RSS grows with the
+  heap up to its maximum, leak or not);
 * memory (PSS and RSS, MB), open file descriptors and threads, summed per kind of process: the
   Spark driver JVM; the driver-side Python processes that hold the stream readers (Spark's
   streaming source runner, one per query: the group members); the driver-side planners Spark's
@@ -168,16 +170,45 @@ def established_to(ports: set[int], tables=("/proc/net/tcp", "/proc/net/tcp6")) 
     return out
 
 
+def jvm_heap(pid: int) -> dict:
+    """The driver JVM's old generation and metaspace in use (MB), from ``jstat -gc``: its RSS
+    grows until the heap reaches its maximum whether or not anything leaks; what survives
+    into the old generation, sampled over hours, is what tells. {} when jstat cannot say."""
+    import shutil
+    import subprocess
+
+    jstat = shutil.which("jstat") or os.path.join(os.environ.get("JAVA_HOME", ""), "bin", "jstat")
+    try:
+        return parse_jstat_gc(subprocess.run([jstat, "-gc", str(pid)], capture_output=True,
+                                             text=True, timeout=30).stdout)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+
+
+def parse_jstat_gc(text: str) -> dict:
+    """``jstat -gc``'s header and row -> old generation (OU) and metaspace (MU) in use, MB."""
+    lines = text.split("\n")
+    try:
+        fields = dict(zip(lines[0].split(), lines[1].split()))
+        return {"driver-jvm_old_mb": round(float(fields["OU"]) / 1024, 1),
+                "driver-jvm_metaspace_mb": round(float(fields["MU"]) / 1024, 1)}
+    except (IndexError, KeyError, ValueError):
+        return {}
+
+
 def sample_processes(broker_ports: dict[int, int], root: int | None = None) -> dict:
     """Per kind (:data:`KINDS`): summed RSS, fds, threads and the count of processes; and the
     connections of all of them to each broker (``conn_<node>``), keyed by node id."""
     totals = {kind: {"pss_mb": 0.0, "rss_mb": 0.0, "fds": 0, "threads": 0, "processes": 0}
               for kind in KINDS}
     sockets: set[int] = set()
+    heap: dict = {}
     for pid in sorted(descendants(root or os.getpid())):
         kind = process_kind(_read(f"/proc/{pid}/cmdline") or b"")
         if kind is None:
             continue
+        if kind == "driver-jvm":
+            heap = jvm_heap(pid)
         figures = process_figures(pid)
         if figures is None:
             continue
@@ -190,6 +221,7 @@ def sample_processes(broker_ports: dict[int, int], root: int | None = None) -> d
     connections = Counter(node_of_port[remote[inode]] for inode in sockets if inode in remote)
     row = {f"{kind}_{key}": (round(v, 1) if isinstance(v, float) else v)
            for kind, figs in totals.items() for key, v in figs.items()}
+    row.update(heap)
     row.update({f"conn_{node}": connections.get(node, 0) for node in sorted(broker_ports.values())})
     return row
 
@@ -404,7 +436,8 @@ def plot(samples: list[dict], events: list[dict], path: str, title: str) -> bool
         return False
     minutes = [s["t_s"] / 60 for s in samples]
     conn_keys = sorted(k for k in samples[0] if k.startswith("conn_"))
-    panels = [("memory, PSS (MB)", [(k, f"{k}_pss_mb") for k in KINDS]),
+    panels = [("memory, PSS (MB); driver JVM's old generation in use",
+               [(k, f"{k}_pss_mb") for k in KINDS] + [("driver-jvm old gen", "driver-jvm_old_mb")]),
               ("open file descriptors", [(k, f"{k}_fds") for k in KINDS]),
               ("threads", [(k, f"{k}_threads") for k in KINDS]),
               ("connections to each broker", [(f"node {k[5:]}", k) for k in conn_keys]),

@@ -149,3 +149,16 @@ def test_a_process_connection_to_a_broker_is_found_through_its_socket():
         server.close()
         for fd in (connected_r, connected_w, done_r, done_w):
             os.close(fd)
+
+
+def test_jstat_gc_gives_the_old_generation_and_metaspace_in_use():
+    text = ("    S0C         S1C         S0U         S1U          EC           EU           OC  "
+            "         OU          MC         MU       CCSC      CCSU     YGC     YGCT     FGC  "
+            "  FGCT     CGC    CGCT       GCT   \n"
+            "        0.0      7168.0         0.0      7168.0     322560.0      53248.0     "
+            "193536.0     133257.9   150336.0   149000.1   18368.0   17655.5    503    30.150  "
+            "   1     0.440   142    10.717    41.307\n")
+    assert soak.parse_jstat_gc(text) == {"driver-jvm_old_mb": 130.1,
+                                         "driver-jvm_metaspace_mb": 145.5}
+    assert soak.parse_jstat_gc("") == {}
+    assert soak.parse_jstat_gc("12345 not found\n") == {}
