@@ -611,6 +611,11 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         fenced_at = self._fenced_at
         for tp in partitions:
             offset, epoch = positions.get(tp) or (None, -1)
+            if tp in self._replaced:
+                # The topic was created again (_recreated): a committed offset may still be the
+                # old log's (Kafka drops a deleted topic's offsets, not every broker does, and a
+                # member may have committed one late); the new log is read from its start.
+                offset = None
             if tp in fenced_at and (offset is None or offset < fenced_at[tp]):
                 # Dropped after fencing: nobody committed past where this query was (its commit
                 # of the last batch was refused, or never made): go on from there, neither

@@ -1090,6 +1090,23 @@ def test_a_topic_created_again_is_read_from_its_start_without_failing(caplog):
     assert member.group == {T0: 25, T1: 3, ("t", 2): 4}
 
 
+def test_a_committed_offset_of_the_old_topic_is_not_where_the_new_one_is_read_from():
+    # A broker that keeps a deleted topic's committed offsets (Kafka drops them; the embedded
+    # Tansu broker does not), or a member that committed one late: the group still says 10 for
+    # the new topic. Adopting there would skip the new topic's first 10 records of t-0.
+    cluster = Cluster({T0: 10, T1: 10})
+    cluster.topic_ids["t"] = OLD_ID
+    member = FakeMember([T0, T1])
+    spark = Spark(make_reader(cluster, member, startingOffsets="earliest", failOnDataLoss="false"))
+    assert spark.trigger() == [("t", 0, 0, 10), ("t", 1, 0, 10)]
+    member.group.update({T0: 10, T1: 10})
+    _recreate(cluster, "t", {0: 25, 1: 3}, NEW_ID)
+    member.assign(T0, T1)
+    assert spark.trigger() == []
+    assert spark.start == o(t={0: 0, 1: 0})
+    assert spark.trigger() == [("t", 0, 0, 25), ("t", 1, 0, 3)]
+
+
 def test_a_topic_whose_id_stays_is_not_taken_for_a_new_one():
     cluster = Cluster({T0: 10})
     cluster.topic_ids["t"] = OLD_ID
