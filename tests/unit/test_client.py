@@ -398,3 +398,23 @@ def test_a_request_to_a_broker_that_refuses_connections_says_what_failed_and_whe
         assert message.startswith("broker 1: ") and f"127.0.0.1:{port}" in message, message
         assert "ECONNREFUSED" in message or "refused" in message.lower(), message
     assert any("reconnect backoff" in m for m in messages), messages
+
+
+def test_a_request_to_a_broker_that_left_the_metadata_is_retriable():
+    """A request routed by an older answer (leader 3) after a newer one stopped listing broker 3
+    (in ZooKeeper mode, once a killed broker's session expired): kafka-python raises
+    UnknownBrokerIdError, which is no reason to fail a query -- the retry looks the leaders up
+    again. (It failed a stream in the SIGKILLed-leader cluster scenario on Kafka 2.2.)"""
+    from kafka.protocol.metadata import MetadataRequest
+
+    from kafka_source.errors import BrokerUnreachableError
+
+    client = BrokerClient({"bootstrap_servers": "127.0.0.1:9", "request_timeout_ms": 1_000})
+    client._bootstrapped = True
+    client._connections.cluster.update_metadata(answer({}, brokers=((1, "127.0.0.1", 9),)))
+    try:
+        with pytest.raises(BrokerUnreachableError) as failed:
+            client.send(3, MetadataRequest(topics=[]))
+    finally:
+        client.close()
+    assert str(failed.value).startswith("broker 3: no longer in the cluster's metadata")

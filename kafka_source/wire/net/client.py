@@ -248,7 +248,8 @@ class BrokerClient:
         The timeout is the request's own, also on the connection: kafka-python would otherwise
         time every request out after the client-wide request timeout, cutting short a JoinGroup
         that the coordinator rightly holds for up to the rebalance timeout.
-        Network failures are raised as :class:`RetriableBrokerError`.
+        Network failures, and a ``node_id`` that the cluster's metadata no longer lists, are
+        raised as :class:`RetriableBrokerError`.
         """
         self.bootstrap()
         timeout_ms = self.request_timeout_ms if timeout_ms is None else timeout_ms
@@ -272,6 +273,14 @@ class BrokerClient:
             return future.value
         except BrokerSecurityError as exc:  # kafka-python re-raises the one it keeps per node
             raise BrokerSecurityError(str(exc)) from None
+        except Errors.UnknownBrokerIdError:
+            # The request was routed by an answer that named ``node_id`` (a leader, a
+            # coordinator), and a later Metadata answer no longer lists it: a broker that died
+            # and left the cluster in between (in ZooKeeper mode, once its session expired).
+            # Its partitions have other leaders by now: retriable, with the leaders looked up.
+            raise BrokerUnreachableError(
+                f"broker {node_id}: no longer in the cluster's metadata (it left the cluster; "
+                "the request was routed by an older answer)") from None
         except _RETRIABLE_NETWORK_ERRORS as exc:
             fatal = self._connections.auth_failure(node_id)
             if fatal is not None:
