@@ -97,14 +97,17 @@ def describe_group(bootstrap, group):
     return g.group_state, members
 
 
-def wait_until(predicate, timeout_s, what, interval_s=0.2):
+def wait_until(predicate, timeout_s, what, interval_s=0.2, explain=None):
+    """``predicate()`` once it is truthy; else an AssertionError after ``timeout_s`` naming
+    ``what`` and, if given, ``explain()`` (the state of whatever was waited on)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+    detail = f" ({explain()})" if explain is not None else ""
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}{detail}")
 
 
 def load_stream(spark, options):
@@ -314,6 +317,7 @@ class PlainConsumer:
             # A leader whose metadata lacks the just-created topic assigns nothing ("No
             # partition metadata for topic ..."); a quick refresh makes it rebalance soon.
             metadata_max_age_ms=500)
+        self.topic = topic
         self.rows: list[tuple[int, int, str]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -326,6 +330,13 @@ class PlainConsumer:
 
     def assignment(self):
         return sorted(tp.partition for tp in self.consumer.assignment())
+
+    def state(self) -> str:
+        """kafka-python's view of its membership, for a timeout's message."""
+        c = self.consumer._coordinator
+        return (f"plain consumer: coordinator {c.coordinator_id}, state {c.state}, generation "
+                f"{c._generation}, {len(self.rows)} records read, partitions known "
+                f"{self.consumer.partitions_for_topic(self.topic)}")
 
     def close(self):
         self._stop.set()
@@ -357,7 +368,10 @@ def test_query_and_plain_consumer_share_a_group(spark, bootstrap_servers, group_
     plain = PlainConsumer(bootstrap_servers, topic, group, group_timeouts, kafka_python_assignor)
     query = None
     try:
-        wait_until(plain.assignment, 60, "the plain consumer's first assignment")
+        # 120 s: on a loaded machine a Kafka 2.2 broker once took over 60 s here (CI, separate
+        # executors); a query that has not started yet cannot be the cause.
+        wait_until(plain.assignment, 120, "the plain consumer's first assignment",
+                   explain=plain.state)
         query = start_stream(spark, stream_options(
             bootstrap_servers, topic, group_timeouts,
             **{"kafka.group.id": group, "assignor": assignor, "startingOffsets": "earliest"}),
