@@ -38,8 +38,9 @@ SCOPE_WORDS = {"read": "a batch read (spark.read)", "stream": "a stream (spark.r
 USED, IGNORED, REFUSED = "used", "ignored", "refused"
 
 # Spark's own options that reach a data source among the user's (DataStreamWriter passes
-# checkpointLocation through; load(path) and save(path) pass path): never warned about.
-_SPARK_PASS_THROUGH = frozenset({"path", "checkpointlocation"})
+# checkpointLocation through, and queryName(...) as an option 'queryName'; load(path) and
+# save(path) pass path): never warned about.
+_SPARK_PASS_THROUGH = frozenset({"path", "checkpointlocation", "queryname"})
 
 
 @dataclass(frozen=True)

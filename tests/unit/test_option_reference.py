@@ -169,8 +169,9 @@ def test_an_option_of_another_kind_of_query_warns_and_spark_pass_through_is_quie
                                             "path": "x"})
         sink_options.OncePerProcess.forget_all()
         sink_options.parse_sink_options({**BASE["write"], "checkpointLocation": "/tmp/c",
-                                         "topic": "t"}, streaming=True)
+                                         "queryName": "q", "topic": "t"}, streaming=True)
     assert ("Option(s) 'maxOffsetsPerTrigger' have no effect on a batch read (spark.read) and "
             "are ignored: they are for a stream (spark.readStream).") in caplog.text
     assert "checkpointlocation" not in caplog.text.lower()
+    assert "queryname" not in caplog.text.lower()   # writeStream.queryName(...) passes it
     assert "'path'" not in caplog.text
