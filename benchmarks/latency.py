@@ -43,7 +43,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(1, str(HERE))
 
-ANCHOR_DIR = HERE.parent.parent / "shared" / "anchors" / "spark-jvm-kafka"
+from queryproc import drop_missing_jvm, interpreter, spark_session  # noqa: E402
+
 STEPS = ("triggerExecution", "latestOffset", "queryPlanning", "walCommit", "addBatch",
          "commitOffsets")
 VALUE_BYTES = 100
@@ -93,28 +94,7 @@ def latencies(arrivals: list[tuple[int, bytes]], counted_from_us: int) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 def query_main(args) -> None:
-    import glob
-
-    from pyspark.sql import SparkSession
-
-    builder = (SparkSession.builder.master("local[2]").appName("pykafka-latency")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.sql.streaming.numRecentProgressUpdates", "100000"))
-    if args.reader == "jvm":
-        builder = builder.config("spark.jars", ",".join(sorted(glob.glob(
-            str(ANCHOR_DIR / "jars" / "*.jar")))))
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    if args.reader == "pykafka":
-        import kafka_source
-        kafka_source.register(spark)
-        fmt = "pykafka"
-    else:
-        fmt = "kafka"
+    spark, fmt = spark_session("pykafka-latency", reader=args.reader)
     checkpoint = tempfile.mkdtemp(prefix="pykafka-latency-")
     query = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", args.bootstrap)
              .option("subscribe", args.topic).option("startingOffsets", "latest").load()
@@ -146,21 +126,7 @@ def query_main(args) -> None:
 def start_query(reader: str, bootstrap: str, topic: str, out: str, trigger_ms: int):
     cmd = ["query", "--reader", reader, "--bootstrap", bootstrap, "--topic", topic,
            "--out", out, "--trigger-ms", str(trigger_ms)]
-    if reader == "pykafka":
-        python, env = sys.executable, dict(os.environ)
-        env.setdefault("PYSPARK_PYTHON", sys.executable)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(HERE.parent), str(HERE)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    else:
-        venv = Path(os.environ.get("SPARK_JVM_KAFKA_VENV", Path(os.environ.get(
-            "XDG_CACHE_HOME", Path.home() / ".cache")) / "spark-jvm-kafka-4.0.0"))
-        if not (venv / "bin" / "python").exists():
-            # the anchor's own script makes its venv (PySpark 4.0.0) on first use
-            subprocess.run([str(ANCHOR_DIR / "run"), "--help"], capture_output=True, timeout=900)
-        python = str(venv / "bin" / "python")
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("PYSPARK_", "SPARK_HOME", "PYTHONPATH"))}
-        env["PYTHONPATH"] = str(HERE)
+    python, env = interpreter(reader)
     return subprocess.Popen([python, str(Path(__file__).resolve()), *cmd], env=env,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
@@ -285,9 +251,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)
     readers = [r for r in args.readers.split(",") if r]
-    if "jvm" in readers and not (ANCHOR_DIR / "jars").is_dir():
-        log(f"Spark's JVM source and sink are not on this machine ({ANCHOR_DIR}): pykafka only")
-        readers.remove("jvm")
+    readers = drop_missing_jvm(readers, log)
 
     from kafka_source.testing.brokers import LocalKafkaBroker
 

@@ -44,9 +44,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(1, str(HERE))
 
+from queryproc import drop_missing_jvm, interpreter, spark_session  # noqa: E402
+
 STEPS = ("triggerExecution", "latestOffset", "walCommit", "queryPlanning", "addBatch",
          "commitOffsets")
-ANCHOR_DIR = HERE.parent.parent / "shared" / "anchors" / "spark-jvm-kafka"
 
 
 def log(msg: str) -> None:
@@ -102,27 +103,8 @@ class _Sampler(threading.Thread):
 
 
 def query_main(args) -> None:
-    import glob
-
-    from pyspark.sql import SparkSession
-
-    builder = (SparkSession.builder.master(args.master).appName("pykafka-scale")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.sql.streaming.numRecentProgressUpdates", "100000"))
-    if args.reader == "jvm":
-        builder = builder.config("spark.jars", ",".join(sorted(glob.glob(str(ANCHOR_DIR / "jars" / "*.jar")))))
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    if args.reader == "pykafka":
-        import kafka_source
-        kafka_source.register(spark)
-        fmt, extra = "pykafka", {"groupIdPrefix": "scale"}
-    else:
-        fmt, extra = "kafka", {"kafka.retry.backoff.ms": "1"}
+    spark, fmt = spark_session("pykafka-scale", master=args.master, reader=args.reader)
+    extra = {"groupIdPrefix": "scale"} if fmt == "pykafka" else {"kafka.retry.backoff.ms": "1"}
     source = {"subscribePattern": args.pattern} if args.pattern else {"subscribe": args.topic}
     sampler = _Sampler()
     sampler.start()
@@ -278,18 +260,7 @@ def run_query(reader: str, bootstrap: str, what: dict, args) -> dict:
            "--warmup", str(0 if jvm else args.warmup), "--trigger", str(args.trigger),
            "--timeout", str(timeout)]
     cmd += ["--pattern", what["pattern"]] if what.get("pattern") else ["--topic", what["topic"]]
-    if reader == "pykafka":
-        python, env = sys.executable, dict(os.environ)
-        env.setdefault("PYSPARK_PYTHON", sys.executable)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(HERE.parent), str(HERE)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    else:
-        venv = Path(os.environ.get("SPARK_JVM_KAFKA_VENV", Path(os.environ.get(
-            "XDG_CACHE_HOME", Path.home() / ".cache")) / "spark-jvm-kafka-4.0.0"))
-        python = str(venv / "bin" / "python")
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("PYSPARK_", "SPARK_HOME", "PYTHONPATH"))}
-        env["PYTHONPATH"] = str(HERE)
+    python, env = interpreter(reader)
     proc = subprocess.run([python, str(Path(__file__).resolve()), *cmd], capture_output=True,
                           text=True, env=env, timeout=timeout + 300)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -319,9 +290,7 @@ def main(argv=None) -> int:
     ap.add_argument("--plot", help="write a PNG of the trigger time against partitions here")
     args = ap.parse_args(argv)
     readers = [r for r in args.readers.split(",") if r]
-    if not (ANCHOR_DIR / "jars").is_dir() and "jvm" in readers:
-        log(f"Spark's JVM source is not on this machine ({ANCHOR_DIR}); pykafka only")
-        readers.remove("jvm")
+    readers = drop_missing_jvm(readers, log)
 
     from kafka_source.testing.brokers import LocalKafkaBroker
 

@@ -73,6 +73,7 @@ sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(1, str(HERE))
 
 from procmon import _read, descendants, status_values  # noqa: E402  (benchmarks/ on the path)
+from queryproc import spark_session  # noqa: E402
 
 BROKERS = {"4.0": ("kraft", "KAFKA_HOME", REPO_ROOT.parent / "shared" / "kafka"),
            "2.2": ("zookeeper", "KAFKA_ZK_HOME", REPO_ROOT.parent / "shared" / "kafka22")}
@@ -466,9 +467,6 @@ def plot(samples: list[dict], events: list[dict], path: str, title: str) -> bool
 
 
 def run(args) -> int:
-    from pyspark.sql import SparkSession
-
-    import kafka_source
     from kafka_source.testing.cluster import KafkaCluster
 
     mode, variable, default = BROKERS[args.broker]
@@ -501,16 +499,7 @@ def run(args) -> int:
         cluster.create_topic(topic, partitions=args.partitions)
         for out in outs.values():
             cluster.create_topic(out, partitions=args.partitions)
-        spark = (SparkSession.builder.master("local[2]").appName("pykafka-soak")
-                 .config("spark.ui.enabled", "false")
-                 .config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.sql.shuffle.partitions", "2")
-                 .config("spark.driver.host", "127.0.0.1")
-                 .config("spark.driver.bindAddress", "127.0.0.1")
-                 .config("spark.sql.streaming.numRecentProgressUpdates", "20")
-                 .getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
-        kafka_source.register(spark)
+        spark, _ = spark_session("pykafka-soak", progress_kept=20)
         per_trigger = max(100, args.rate * 4)
         queries = {name: SoakQuery(spark, bootstrap, topic, f"soak-{name}", out,
                                    os.path.join(work, f"checkpoint-{name}"), per_trigger)
