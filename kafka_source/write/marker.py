@@ -23,6 +23,7 @@ from typing import Iterable, Mapping, NamedTuple
 import kafka.errors as Errors
 
 from ..errors import KafkaSourceError, ProduceError
+from ..wire.varint import read_uvarint, uvarint
 
 __all__ = ["MarkerAccessError", "MarkerEntry", "MarkerStore", "TransactionCommitError",
            "decode_marker", "encode_marker", "marker_group", "transactional_id"]
@@ -66,34 +67,12 @@ def transactional_id(prefix: str, query_id: str, task: int, round: int = 0) -> s
 
 # --- the marker's metadata ----------------------------------------------------------------------
 
-def _uvarint(out: bytearray, value: int) -> None:
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return
-
-
 def _zigzag(value: int) -> int:
     return (value << 1) if value >= 0 else ((-value << 1) - 1)
 
 
 def _unzigzag(value: int) -> int:
     return (value >> 1) if not value & 1 else -((value + 1) >> 1)
-
-
-def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
 
 
 class MarkerEntry(NamedTuple):
@@ -116,13 +95,13 @@ def encode_marker(batch_id: int, entries: Iterable[tuple]) -> str:
     close to each other) with each digest, deflated if that is shorter, base64: a few bytes
     per task plus 8 per digest."""
     raw = bytearray()
-    _uvarint(raw, batch_id)
+    raw += uvarint(batch_id)
     prev_task, prev_round, prev_pid, prev_epoch = 0, 0, 0, 0
     for e in sorted((MarkerEntry(*e) for e in entries), key=lambda e: (e.round, e.task)):
-        _uvarint(raw, e.round - prev_round)
-        _uvarint(raw, e.task - (prev_task if e.round == prev_round else 0))
-        _uvarint(raw, _zigzag(e.producer_id - prev_pid))
-        _uvarint(raw, _zigzag(e.epoch - prev_epoch))
+        raw += uvarint(e.round - prev_round)
+        raw += uvarint(e.task - (prev_task if e.round == prev_round else 0))
+        raw += uvarint(_zigzag(e.producer_id - prev_pid))
+        raw += uvarint(_zigzag(e.epoch - prev_epoch))
         if e.digest is None:
             raw.append(0)
         else:
@@ -142,21 +121,21 @@ def decode_marker(text: str) -> tuple[int, list[MarkerEntry]]:
         raise ValueError(f"not an exactly-once marker: {text[:40]!r}")
     body = base64.b64decode(text[4:])
     raw = zlib.decompress(body[1:]) if body[:1] == b"z" else body[1:]
-    batch_id, pos = _read_uvarint(raw, 0)
+    batch_id, pos = read_uvarint(raw, 0)
     entries = []
     task, rnd, pid, epoch = (-1 if version == _MARKER_PREFIX_V1 else 0), 0, 0, 0
     while pos < len(raw):
         digest = None
         if version == _MARKER_PREFIX_V1:
-            delta, pos = _read_uvarint(raw, pos)
+            delta, pos = read_uvarint(raw, pos)
             task += delta + 1
         else:
-            drnd, pos = _read_uvarint(raw, pos)
-            dtask, pos = _read_uvarint(raw, pos)
+            drnd, pos = read_uvarint(raw, pos)
+            dtask, pos = read_uvarint(raw, pos)
             task = (task if drnd == 0 else 0) + dtask
             rnd += drnd
-        dpid, pos = _read_uvarint(raw, pos)
-        depoch, pos = _read_uvarint(raw, pos)
+        dpid, pos = read_uvarint(raw, pos)
+        depoch, pos = read_uvarint(raw, pos)
         pid, epoch = pid + _unzigzag(dpid), epoch + _unzigzag(depoch)
         if version != _MARKER_PREFIX_V1:
             size = raw[pos]

@@ -29,6 +29,7 @@ from typing import Mapping, Sequence
 from kafka.protocol.consumer import FetchRequest
 
 from ...errors import KafkaSourceError
+from ..varint import read_uvarint
 
 TopicPartition = tuple[str, int]
 
@@ -208,24 +209,11 @@ def _parse(buf: memoryview, version: int,
     return result
 
 
-def _uvarint(buf, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
-        if shift > 28:
-            raise ValueError("unsigned varint longer than 5 bytes")
-
-
 def _skip_tags(buf, pos: int) -> int:
-    count, pos = _uvarint(buf, pos)
+    count, pos = read_uvarint(buf, pos, 5)
     for _ in range(count):
-        _tag, pos = _uvarint(buf, pos)
-        size, pos = _uvarint(buf, pos)
+        _tag, pos = read_uvarint(buf, pos, 5)
+        size, pos = read_uvarint(buf, pos, 5)
         pos += size
     if pos > len(buf):
         raise ValueError("tagged field runs past the frame end")
@@ -236,7 +224,7 @@ def _length(buf, pos: int, flexible: bool, fixed: struct.Struct = _I32) -> tuple
     """A length prefix: in flexible versions an unsigned varint of length + 1, else a signed
     big-endian int of ``fixed``'s width; -1 means null."""
     if flexible:
-        n, pos = _uvarint(buf, pos)
+        n, pos = read_uvarint(buf, pos, 5)
         return n - 1, pos
     (n,) = fixed.unpack_from(buf, pos)
     return n, pos + fixed.size

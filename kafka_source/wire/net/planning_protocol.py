@@ -37,6 +37,7 @@ from collections import namedtuple
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
+from ..varint import uvarint
 from .fetch_protocol import _array_len, _skip_tags
 from .fetch_protocol import _string as _read_string
 
@@ -456,21 +457,12 @@ def brokers_only(response) -> MetadataAnswer:
 # --- primitives -----------------------------------------------------------------------------
 
 def _array_head(n: int, flexible: bool) -> bytes:
-    return _uvarint_bytes(n + 1) if flexible else _I32.pack(n)
+    return uvarint(n + 1) if flexible else _I32.pack(n)
 
 
 def _string(value: str, flexible: bool) -> bytes:
     data = value.encode()
-    return (_uvarint_bytes(len(data) + 1) if flexible else _I16.pack(len(data))) + data
-
-
-def _uvarint_bytes(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    return (uvarint(len(data) + 1) if flexible else _I16.pack(len(data))) + data
 
 
 def _check_end(buf: memoryview, pos: int, name: str, version: int) -> None:
