@@ -46,22 +46,28 @@ def _decoder(fmt: ColumnFormat):
             found = _DECODERS[fmt] = JsonColumnDecoder(fmt.reader_schema,
                                                        framed=fmt.registry is not None)
         if found is None:
-            lookup = None
-            if fmt.registry is not None:
-                client = client_for(fmt.registry)
-                known = dict.fromkeys(fmt.reader_ids, fmt.reader_schema)
-
-                def lookup(schema_id: int) -> str:
-                    if schema_id in known:      # the reader schema's own id: no request
-                        return known[schema_id]
-                    found_schema = client.schema_by_id(schema_id)
-                    if (found_schema.schema_type or "AVRO").upper() != "AVRO":
-                        from .registry import RegistryError
-                        raise RegistryError(f"it is a {found_schema.schema_type} schema, "
-                                            "not Avro")
-                    return found_schema.schema
+            lookup = _writer_schemas(fmt) if fmt.registry is not None else None
             found = _DECODERS[fmt] = AvroColumnDecoder(fmt.reader_schema, lookup)
         return found
+
+
+def _writer_schemas(fmt):
+    """Schema id -> Avro schema text, from ``fmt``'s registry: the reader schema's own ids
+    without a request, other ids asked once each (the client caches them); a schema of another
+    type than Avro is a :class:`RegistryError`."""
+    client = client_for(fmt.registry)
+    known = dict.fromkeys(fmt.reader_ids, fmt.reader_schema)
+
+    def lookup(schema_id: int) -> str:
+        if schema_id in known:      # the reader schema's own id: no request
+            return known[schema_id]
+        found_schema = client.schema_by_id(schema_id)
+        if (found_schema.schema_type or "AVRO").upper() != "AVRO":
+            from .registry import RegistryError
+            raise RegistryError(f"it is a {found_schema.schema_type} schema, not Avro")
+        return found_schema.schema
+
+    return lookup
 
 
 def formatted_arrow_schema(base: pa.Schema, formats: Formats) -> pa.Schema:

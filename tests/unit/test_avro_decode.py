@@ -233,7 +233,7 @@ def test_column_decoder_groups_rows_by_schema_id_and_keeps_row_order():
 
     def lookup(i):
         if i not in schemas:
-            raise RegistryError("HTTP 404 (error 40403: Schema not found)")
+            raise RegistryError("HTTP 404 (error 40403: Schema not found)", status=404, code=40403)
         return schemas[i]
 
     v1 = {"id": 1, "name": "a", "gone": [], "old_name": "o", "f": 1.0, "s": "s", "color": "G",

@@ -39,9 +39,10 @@ class StubRegistry:
                 parts = self.path.strip("/").split("/")
                 if parts[:2] == ["schemas", "ids"]:
                     for versions in stub.subjects.values():
-                        for sid, schema in versions:
+                        for sid, schema, *kind in versions:
                             if sid == int(parts[2]):
-                                return self._answer(200, {"schema": schema})
+                                return self._answer(200, {"schema": schema, **(
+                                    {"schemaType": kind[0]} if kind else {})})
                     return self._answer(404, {"error_code": 40403, "message": "Schema not found"})
                 if parts[0] == "subjects" and parts[2] == "versions":
                     versions = stub.subjects.get(parts[1])
@@ -49,7 +50,7 @@ class StubRegistry:
                         return self._answer(404, {"error_code": 40401,
                                                   "message": f"Subject '{parts[1]}' not found."})
                     v = len(versions) if parts[3] == "latest" else int(parts[3])
-                    sid, schema = versions[v - 1]
+                    sid, schema, *_ = versions[v - 1]
                     return self._answer(200, {"subject": parts[1], "version": v, "id": sid,
                                               "schema": schema})
                 return self._answer(404, {"error_code": 404, "message": "?"})
@@ -74,7 +75,9 @@ class StubRegistry:
 @pytest.fixture
 def stub():
     s = StubRegistry({"t1-value": [(1, STRING), (4, LONG)], "t2-value": [(2, STRING)],
-                      "t3-value": [(3, LONG)], "com.x.R": [(5, STRING)]})
+                      "t3-value": [(3, LONG)], "com.x.R": [(5, STRING)],
+                      "p-value": [(6, 'syntax = "proto3"; message M { int64 a = 1; }',
+                                   "PROTOBUF")]})
     yield s
     s.close()
 
@@ -154,6 +157,26 @@ def test_records_written_with_the_reader_schema_need_no_request(stub):
     values = pa.array([b"\x00" + i.to_bytes(4, "big") + body for i in (3, 4)])
     decoded = decoder.decode(values)
     assert not decoded.bad.any() and decoded.array.to_pylist() == [{"a": 42}, {"a": 42}]
+
+
+def test_a_record_written_with_a_schema_of_another_type_is_a_clear_error(stub):
+    """An Avro column whose record names a Protobuf schema's id (a producer that switched
+    serializers): the row's reason says so, instead of parsing Protobuf text as Avro or
+    calling the schema missing; an id the registry does not have is called missing."""
+    import pyarrow as pa
+
+    from kafka_source.formats.columns import _decoder
+
+    f = resolve_formats({"valueformat": "avro", "schema.registry.url": stub.url}, ["t1"])
+    decoder = _decoder(f.value)
+    values = pa.array([b"\x00" + (i).to_bytes(4, "big") + bytes([0x54]) for i in (6, 9, 4)])
+    decoded = decoder.decode(values)
+    assert decoded.bad.tolist() == [True, True, False]
+    assert decoded.reasons[0] == ("schema id 6 cannot be used (it is a PROTOBUF schema, not "
+                                  "Avro)")
+    assert decoded.reasons[1].startswith("schema id 9 is not in the registry (Schema Registry ")
+    assert "HTTP 404" in decoded.reasons[1]
+    assert decoded.array.to_pylist()[2] == {"a": 42}
 
 
 def test_registry_retries_server_errors_then_answers(stub):

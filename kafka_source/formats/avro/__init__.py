@@ -51,8 +51,9 @@ class AvroColumnDecoder:
             try:
                 text = self._writer_schema(schema_id)
                 found = compile_step(parse_schema(text), self.reader)
-            except RegistryError as e:
-                found = f"schema id {schema_id} is not in the registry ({e})"
+            except RegistryError as e:   # 404, or not allowed (401/403), or not Avro
+                why = "is not in the registry" if e.status == 404 else "cannot be used"
+                found = f"schema id {schema_id} {why} ({e})"
             except (AvroSchemaError, ResolutionError) as e:
                 found = (f"the writer schema (id {schema_id}) cannot be read with the reader "
                          f"schema: {e}")
