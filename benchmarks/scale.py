@@ -4,9 +4,9 @@
     .venv/bin/python benchmarks/scale.py --partitions 100,1000 --pattern-topics 0 --triggers 10
 
 Starts a Kafka 4.0 broker (``KAFKA_HOME``, else ``../shared/kafka``; or ``KAFKA_BOOTSTRAP_SERVERS``),
-creates one topic per partition count (and, with ``--pattern-topics N``, N topics of 4 partitions
-read through ``subscribePattern``), and keeps a trickle of ``--rate`` records/s going to every
-partition in turn. For each point, each reader runs the same query in a fresh process: a stream
+creates one topic per partition count (and, with ``--pattern-topics N``, N topics of
+``--pattern-partitions`` (4) partitions read through ``subscribePattern``), and keeps a trickle
+of ``--rate`` records/s going to every partition in turn. For each point, each reader runs the same query in a fresh process: a stream
 from ``latest`` with a ``processingTime`` trigger of ``--trigger`` into the ``noop`` sink, for
 ``--warmup`` triggers not counted and then ``--triggers`` measured (``--timeout`` at most):
 
@@ -274,7 +274,9 @@ def main(argv=None) -> int:
     ap.add_argument("--partitions", default="100,1000,10000",
                     help="partition counts of the single-topic points (default 100,1000,10000)")
     ap.add_argument("--pattern-topics", type=int, default=1000,
-                    help="topics of 4 partitions read by subscribePattern (default 1000; 0: none)")
+                    help="topics read by subscribePattern (default 1000; 0: none)")
+    ap.add_argument("--pattern-partitions", type=int, default=4,
+                    help="partitions of each of those topics (default 4)")
     ap.add_argument("--readers", default="pykafka,jvm")
     ap.add_argument("--rate", type=int, default=200, help="records/s of the trickle (default 200)")
     ap.add_argument("--trigger", type=float, default=1.0, help="processingTime seconds (default 1)")
@@ -305,10 +307,11 @@ def main(argv=None) -> int:
                "topics": {f"scale-{n}": n}} for n in
               (int(x) for x in args.partitions.split(",") if x.strip())]
     if args.pattern_topics:
-        t = args.pattern_topics
-        points.append({"name": f"subscribePattern, {t} topics x 4 partitions",
-                       "partitions": 4 * t, "pattern": rf"scalep{t}-\d+",
-                       "topics": {f"scalep{t}-{i:05d}": 4 for i in range(t)}})
+        t, per = args.pattern_topics, args.pattern_partitions
+        prefix = f"scalep{t}" if per == 4 else f"scalep{t}x{per}"
+        points.append({"name": f"subscribePattern, {t} topics x {per} partitions",
+                       "partitions": per * t, "pattern": rf"{prefix}-\d+",
+                       "topics": {f"{prefix}-{i:05d}": per for i in range(t)}})
     trickle = Trickle(bootstrap, args.rate)
     trickle.start()
     rows = []
