@@ -195,6 +195,7 @@ class ClusterNode:
     starts: int = 0
     secure_port: int | None = None  # the SECURE client listener (clusters with ``secure``)
     jmx_port: int | None = None
+    killed: bool = False            # SIGKILLed since its last start (ZooKeeper: session left)
 
     @property
     def secure_address(self) -> str | None:
@@ -466,7 +467,10 @@ class KafkaCluster(ClusterTools, BrokerHandle):
         if node is not None:
             n = self._node(node)
             if not n.running:
+                if n.killed and self.mode == ZOOKEEPER:
+                    self._wait_session_gone(n.node_id)
                 self._launch(n)
+                n.killed = False
                 self._wait_node_ready(n)
             return self
         if self.dir is None:
@@ -532,6 +536,18 @@ class KafkaCluster(ClusterTools, BrokerHandle):
         n = self._node(node)
         if not self._signal(n.process, signal.SIGKILL, 30):
             raise ClusterError(f"node {node} (pid {n.process.pid}) survived SIGKILL for 30 s")
+        n.killed = True
+
+    def _wait_session_gone(self, node: int) -> None:
+        """Before a SIGKILLed ZooKeeper-mode node starts again: wait until its old ZooKeeper
+        session has expired, i.e. no running node lists it. Until then its registration
+        (/brokers/ids/N) is still there, and Kafka 2.2 exits at start ("node already exists and
+        owner ... does not match current session"): a supervisor would restart it until it
+        stayed up; the harness waits instead (``zookeeper.session.timeout.ms``, 6 s here)."""
+        self._wait(self._all_views(lambda view: f"lists broker {node}"
+                                   if node in view.brokers else None),
+                   self.state_timeout_s, f"node {node}'s ZooKeeper session to expire",
+                   last=lambda: self._last_problem)
 
     def restart(self, node: int, *, hard: bool = False, down_s: float = 0.0,
                 wait_in_sync: bool = True) -> None:
