@@ -63,16 +63,53 @@ _MAX_BACKOFF_S = 1.0
 # its last commit and LeaveGroup by 30 s (its default close timeout). kafka.default.api.timeout.ms
 # (a minute by default) would hold a query.stop() that long against a cluster that is gone.
 CLOSE_COMMIT_TIMEOUT_MS = 30_000
+# What one OffsetCommit request may hold, in bytes of the records the coordinator writes for it.
+# The coordinator writes a request's offsets to __consumer_offsets as one record batch, and a
+# batch larger than that topic's max.message.bytes (1 MiB by default) fails the whole commit:
+# Kafka 4.0 answers UNKNOWN_SERVER_ERROR for every partition, Kafka 2.x
+# INVALID_COMMIT_OFFSET_SIZE. Measured on Kafka 4.0: a query over a pattern matching 10,000
+# topics failed so at its second trigger (19-byte topic names, a 42-byte group id, about 105
+# bytes a record); kafka-python's commit of the same 10,000 partitions failed too, of 9,000 not.
+# Larger commits go in several requests of at most this much (:func:`commit_chunks`): each
+# partition's offset stands on its own, so a commit split in parts keeps its meaning.
+COMMIT_REQUEST_BYTES = 512 * 1024
+# Per partition, besides the group id and the topic name: the record's own fields (length,
+# attributes, offset and timestamp deltas, key and value lengths, headers) and the offset
+# key's and value's fields (versions, partition, offset, leader epoch, metadata length,
+# commit timestamp).
+_COMMIT_RECORD_OVERHEAD = 48
+
+
+def commit_chunks(group_id: str, offsets: Mapping[TopicPartition, int],
+                  budget: int | None = None) -> list[dict[TopicPartition, int]]:
+    """``offsets`` in parts whose records stay under ``budget`` bytes each (default
+    :data:`COMMIT_REQUEST_BYTES`: one part for any commit of a few thousand partitions or
+    fewer), in partition order."""
+    budget = COMMIT_REQUEST_BYTES if budget is None else budget
+    group_bytes = len(group_id.encode())
+    parts: list[dict[TopicPartition, int]] = []
+    current: dict[TopicPartition, int] = {}
+    size = 0
+    for tp, offset in sorted(offsets.items()):
+        record = _COMMIT_RECORD_OVERHEAD + group_bytes + len(tp[0].encode())
+        if current and size + record > budget:
+            parts.append(current)
+            current, size = {}, 0
+        current[tp] = offset
+        size += record
+    if current:
+        parts.append(current)
+    return parts
 
 @dataclass
 class _PendingCommit:
-    """A commit :meth:`GroupCommits.commit_async` sent (``future`` None: it could not be sent,
-    for the reason in ``error``)."""
+    """A commit :meth:`GroupCommits.commit_async` sent: ``parts``, one per OffsetCommit request
+    (:func:`commit_chunks`), each ``(offsets, future, error)`` (``future`` None: it could not be
+    sent, for the reason in ``error``)."""
     offsets: dict
-    future: object
+    parts: list
     on_done: Callable[[bool], None]
     sent_at: float = 0.0               # time.monotonic()
-    error: str = ""
     epochs: dict = field(default_factory=dict)   # leader epoch per partition (KIP-320)
     generation: object = None          # the member's generation it was made in
 
@@ -246,6 +283,17 @@ class GroupCommits:
     def _commit_sync(self, offsets: Mapping[TopicPartition, int], *,
                      budget_ms: int | None = None,
                      epochs: Mapping[TopicPartition, int] | None = None) -> bool:
+        """Commit ``offsets`` and wait, in as many requests as their size needs
+        (:func:`commit_chunks`); False once one part is refused or fails (the rest is not
+        sent: the caller commits all of it again)."""
+        if self._commit_request(offsets, epochs) is None:
+            return not offsets
+        return all(self._commit_sync_part(part, budget_ms, epochs)
+                   for part in commit_chunks(self.group_id, offsets))
+
+    def _commit_sync_part(self, offsets: Mapping[TopicPartition, int],
+                          budget_ms: int | None,
+                          epochs: Mapping[TopicPartition, int] | None) -> bool:
         if self._commit_request(offsets, epochs) is None:
             return not offsets
         fenced: list = []
@@ -269,7 +317,8 @@ class GroupCommits:
                      on_done: Callable[[bool], None] | None = None,
                      epochs: Mapping[TopicPartition, int] | None = None) -> None:
         """Send an OffsetCommit of ``offsets`` (with the leader ``epochs`` where known) without
-        waiting for the answer.
+        waiting for the answer; several, one after the other on the coordinator's connection,
+        when the offsets are too many for one (:func:`commit_chunks`).
 
         The stream reader commits a completed micro-batch at the start of the next trigger; the
         coordinator takes a few milliseconds to answer (Kafka 4's coordinator batches its
@@ -293,21 +342,24 @@ class GroupCommits:
         """
         self.settle_commits()
         generation = self.generation
-        request = self._commit_request(offsets, epochs, generation)
-        if request is None:
+        if self._commit_request(offsets, epochs, generation) is None:
             if on_done is not None:
                 on_done(not offsets)
             return
-        error = ""
-        try:
-            future = self._client.send_now(self._coordinator(), request)
-        except (RetriableBrokerError, BrokerUnavailableError, Errors.KafkaError) as exc:
-            log.debug("Group '%s': OffsetCommit not sent (%s)", self.group_id, exc)
-            self._node = None
-            future, error = None, f"not sent: {exc}"
-        self._pending_commit = _PendingCommit(dict(offsets), future,
+        parts = []
+        for part in commit_chunks(self.group_id, offsets):
+            error = ""
+            try:
+                future = self._client.send_now(self._coordinator(),
+                                               self._commit_request(part, epochs, generation))
+            except (RetriableBrokerError, BrokerUnavailableError, Errors.KafkaError) as exc:
+                log.debug("Group '%s': OffsetCommit not sent (%s)", self.group_id, exc)
+                self._node = None
+                future, error = None, f"not sent: {exc}"
+            parts.append((part, future, error))
+        self._pending_commit = _PendingCommit(dict(offsets), parts,
                                               on_done or (lambda accepted: None),
-                                              sent_at=time.monotonic(), error=error,
+                                              sent_at=time.monotonic(),
                                               epochs=dict(epochs or {}),
                                               generation=generation)
 
@@ -341,7 +393,13 @@ class GroupCommits:
             log.warning("Group '%s': the last commit failed while leaving: %s", self.group_id, exc)
 
     def _settle(self, pending: "_PendingCommit", retry_ms: int | None) -> bool:
-        future, error = pending.future, pending.error
+        """Each part of ``pending`` in turn; False at the first one refused or failed (the rest
+        is not waited for: the caller commits all of it again)."""
+        return all(self._settle_part(pending, offsets, future, error, retry_ms)
+                   for offsets, future, error in pending.parts)
+
+    def _settle_part(self, pending: "_PendingCommit", offsets: dict, future, error: str,
+                     retry_ms: int | None) -> bool:
         if future is not None:
             # Polled a little in any case: after a micro-batch longer than the request timeout
             # the answer may wait in the socket, read by nobody since.
@@ -357,7 +415,7 @@ class GroupCommits:
                 errors: list = []
                 ok = self._commit_outcome(future.value, fenced, errors)
                 if ok is not None:
-                    return self._commit_done(pending.offsets, ok, fenced, pending.generation)
+                    return self._commit_done(offsets, ok, fenced, pending.generation)
                 error = errors[-1]
                 if error.startswith(Errors.StaleMemberEpochError.__name__) and retry_ms is None:
                     # Consumer protocol: the member epoch moved on while the commit was on its
@@ -369,14 +427,14 @@ class GroupCommits:
                          f"no answer within {self.request_timeout_ms} ms "
                          "('kafka.request.timeout.ms')")
         if not retry_ms:
-            self._commit_failed(pending.offsets, error, final=retry_ms is not None)
+            self._commit_failed(offsets, error, final=retry_ms is not None)
             return False
         # Before a rejoin or leaving: once more, synchronously, within retry_ms.
         try:
-            return self._commit_sync(pending.offsets, budget_ms=retry_ms,
+            return self._commit_sync(offsets, budget_ms=retry_ms,
                                      epochs=pending.epochs)
         except GroupCoordinatorTimeoutError as exc:
-            self._commit_failed(pending.offsets, str(exc), final=True)
+            self._commit_failed(offsets, str(exc), final=True)
             return False
 
     def _commit_failed(self, offsets: Mapping[TopicPartition, int], error: str, *,
@@ -523,5 +581,17 @@ class GroupCommits:
                                f"{err.__name__} ({getattr(err, 'description', '')}).")
 
 
+_DESCRIBED = 12      # partitions a log line names, at most
+
+
 def _describe_offsets(offsets: Mapping[TopicPartition, int]) -> str:
-    return ", ".join(f"{t}-{p}@{o}" for (t, p), o in sorted(offsets.items()))
+    """``t-0@5, t-1@7``; past a dozen partitions the first ten and how many more (a commit
+    of 10,000 partitions would otherwise be a log line of a few hundred kilobytes)."""
+    items = sorted(offsets.items())
+    shown = items if len(items) <= _DESCRIBED else items[:_DESCRIBED - 2]
+    text = ", ".join(f"{t}-{p}@{o}" for (t, p), o in shown)
+    if len(shown) < len(items):
+        topics = len({t for (t, _p), _o in items})
+        text += (f" and {len(items) - len(shown)} more partition(s) ({len(items)} in all, of "
+                 f"{topics} topic(s))")
+    return text

@@ -191,6 +191,26 @@ class Sent:
     at: float
 
 
+UNKNOWN_SERVER_ERROR = -1
+
+
+def _commit_batch_bytes(wire) -> int:
+    """The record batch Kafka would write to __consumer_offsets for an OffsetCommit: the batch
+    header (61 bytes) and per partition a record of about 10 bytes of framing, the key (version,
+    group, topic, partition) and the value (version, offset, leader epoch, metadata, commit
+    timestamp). Against Kafka 4.0's default 1,048,588 bytes this puts the limit where Kafka 4.0
+    put it (kafka-python's commit of partition 0 of 19-byte topics under a 42-byte group id:
+    10,000 partitions failed with UNKNOWN_SERVER_ERROR, 9,000 were committed)."""
+    group = len(wire.group_id.encode())
+    total = 61
+    for t in wire.topics:
+        for p in t.partitions:
+            key = 2 + 2 + group + 2 + len(t.name.encode()) + 4
+            value = 2 + 8 + 4 + 2 + len((p.committed_metadata or "").encode()) + 8
+            total += 10 + key + value
+    return total
+
+
 class FakeCoordinator:
     """Topics (name -> partition count), one coordinator node and its consumer groups."""
 
@@ -205,6 +225,11 @@ class FakeCoordinator:
         self.node_id = node_id
         self.available = True
         self.commit_error: int | None = None   # every OffsetCommit answers it while set
+        # Kafka writes an OffsetCommit's offsets as one record batch in __consumer_offsets and
+        # fails the whole commit when it exceeds that topic's max.message.bytes (Kafka 4.0:
+        # UNKNOWN_SERVER_ERROR for every partition): the batch's bytes, from the offset key
+        # (v1) and value (v3) schemas, when set.
+        self.max_commit_batch_bytes: int | None = None
         self.require_member_id = require_member_id
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
@@ -430,6 +455,9 @@ class FakeCoordinator:
                     response = self._error(kind, wire, version, COORDINATOR_NOT_AVAILABLE)
                 elif kind == OFFSET_COMMIT and self.commit_error is not None:
                     response = self._error(kind, wire, version, self.commit_error)
+                elif kind == OFFSET_COMMIT and self.max_commit_batch_bytes is not None and \
+                        _commit_batch_bytes(wire) > self.max_commit_batch_bytes:
+                    response = self._error(kind, wire, version, UNKNOWN_SERVER_ERROR)
                 elif node != self.coordinator_node:
                     response = self._error(kind, wire, version, NOT_COORDINATOR)
                 else:

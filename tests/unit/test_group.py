@@ -20,6 +20,7 @@ from kafka_source.wire.net.client import RetriableBrokerError
 from kafka_source.errors import (BrokerSecurityError, BrokerUnavailableError,
                                  BrokerUnreachableError, KafkaSourceError, OptionError)
 from kafka_source.group import commits, member as member_module
+from kafka_source.group.commits import commit_chunks
 from kafka_source.group.member import GroupMember
 from kafka_source.config.options import GroupOptions
 
@@ -31,7 +32,7 @@ from .fake_coordinator import (COMPLETING_REBALANCE, COORDINATOR_LOAD_IN_PROGRES
                                NOT_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH,
                                PREPARING_REBALANCE, REBALANCE_IN_PROGRESS, STABLE, SYNC,
                                UNKNOWN_MEMBER_ID, UNKNOWN_TOPIC_OR_PARTITION, Background,
-                               FakeCoordinator, RawMember)
+                               FakeCoordinator, RawMember, _commit_batch_bytes)
 
 GROUP = "test-group"
 TOPICS = {"t0": 3, "t1": 3, "t2": 2}
@@ -904,6 +905,49 @@ def test_commit_async_whose_answer_never_comes_is_given_up_within_bounds(fake, m
     member.commit_async({("t0", 0): 5}, outcomes.append)
     member.settle_commits(retry_ms=1_000)
     assert outcomes == [False, True] and len(fake.sent(OFFSET_COMMIT)) == 3
+
+
+def test_a_commit_of_ten_thousand_partitions_goes_in_requests_kafka_can_write():
+    """Kafka writes one OffsetCommit's offsets as one record batch and fails the whole commit
+    when that batch exceeds the offsets topic's max.message.bytes (1 MiB by default; Kafka 4.0
+    answers UNKNOWN_SERVER_ERROR). Seen on Kafka 4.0: a query over a pattern matching 10,000
+    topics failed at its second trigger so. Such a commit now goes in several requests, each
+    written, asynchronously and synchronously; a few partitions still go in one request."""
+    topics = {f"scalep10000x1-{i:05d}": 1 for i in range(10_000)}
+    fake = FakeCoordinator(topics, member_id_factory=_counter())
+    fake.max_commit_batch_bytes = 1_048_588        # Kafka's default message.max.bytes
+    group = "scale-ad1fdf84-ac36-405a-b8dd-540053f5bb4b"
+    member = GroupMember(fake.client("C0"), lambda: fake.client("C0-heartbeat"),
+                         opts(group_id=group, heartbeat_interval_ms=60_000),
+                         RangeAssignor(), request_timeout_ms=2_000, retry_backoff_ms=1)
+    try:
+        member.ensure_active(sorted(topics))
+        everything = {(t, 0): 7 for t in topics}
+        outcomes = []
+        member.commit_async(everything, outcomes.append)
+        member.settle_commits()
+        assert outcomes == [True]
+        assert fake.group(group).offsets == everything
+        sent = fake.sent(OFFSET_COMMIT)
+        assert len(sent) == 3                              # about 1 MiB in 512 KiB parts
+        assert all(_commit_batch_bytes(r) <= 600_000 for r in sent)
+        assert member.commit({tp: 9 for tp in everything}) is True
+        assert fake.group(group).offsets == {tp: 9 for tp in everything}
+        assert len(fake.sent(OFFSET_COMMIT)) == 6
+        assert member.commit({("scalep10000x1-00003", 0): 11}) is True
+        assert len(fake.sent(OFFSET_COMMIT)) == 7
+    finally:
+        member._stop_heartbeat()
+        fake.shutdown()
+
+
+def test_commit_chunks_keep_every_offset_once_in_partition_order():
+    offsets = {(f"t{i % 7}", i): i * 3 for i in range(5_000)}
+    parts = commit_chunks("g", offsets, budget=10_000)
+    assert len(parts) > 1 and [tp for part in parts for tp in part] == sorted(offsets)
+    assert {tp: o for part in parts for tp, o in part.items()} == offsets
+    assert commit_chunks("g", {}) == []
+    assert commit_chunks("g", {("t", 0): 1}, budget=1) == [{("t", 0): 1}]  # never empty parts
 
 
 def test_commit_async_answered_during_a_micro_batch_longer_than_the_request_timeout(
