@@ -286,7 +286,7 @@ class GroupCommits:
         """Commit ``offsets`` and wait, in as many requests as their size needs
         (:func:`commit_chunks`); False once one part is refused or fails (the rest is not
         sent: the caller commits all of it again)."""
-        if self._commit_request(offsets, epochs) is None:
+        if not offsets or self._commit_identity() is None:
             return not offsets
         return all(self._commit_sync_part(part, budget_ms, epochs)
                    for part in commit_chunks(self.group_id, offsets))
@@ -294,8 +294,8 @@ class GroupCommits:
     def _commit_sync_part(self, offsets: Mapping[TopicPartition, int],
                           budget_ms: int | None,
                           epochs: Mapping[TopicPartition, int] | None) -> bool:
-        if self._commit_request(offsets, epochs) is None:
-            return not offsets
+        if self._commit_identity() is None:   # the generation was lost after an earlier part
+            return False
         fenced: list = []
         errors: list = []
         sent: list = [None]
@@ -342,7 +342,7 @@ class GroupCommits:
         """
         self.settle_commits()
         generation = self.generation
-        if self._commit_request(offsets, epochs, generation) is None:
+        if not offsets or self._commit_identity(generation) is None:
             if on_done is not None:
                 on_done(not offsets)
             return
@@ -458,6 +458,17 @@ class GroupCommits:
             log.info("Group '%s': commit of %s failed again (%s)", self.group_id,
                      _describe_offsets(offsets), error)
 
+    def _commit_identity(self, generation=None) -> tuple[int, str] | None:
+        """(generation id or member epoch, member id) a commit is made with: ``generation``'s
+        (default the member's now), outside any generation in manual assignment (-1, no member
+        id); None while the member has no generation to commit in."""
+        if self.manual:
+            return -1, ""
+        generation = generation or self.generation
+        if generation.generation_id < 0:
+            return None
+        return generation.generation_id, generation.member_id
+
     def _commit_request(self, offsets: Mapping[TopicPartition, int],
                         epochs: Mapping[TopicPartition, int] | None = None,
                         generation=None):
@@ -465,15 +476,10 @@ class GroupCommits:
         to send, or no generation to send it in; ``generation``: the one to send it in, default
         the member's now). Each partition's leader epoch from ``epochs`` (-1 where absent) is
         sent from v6 on; older versions drop it."""
-        if not offsets:
+        identity = self._commit_identity(generation) if offsets else None
+        if identity is None:
             return None
-        if self.manual:               # outside any generation (-1, no member id)
-            generation_id, member_id = -1, ""
-        else:
-            generation = generation or self.generation
-            if generation.generation_id < 0:
-                return None
-            generation_id, member_id = generation.generation_id, generation.member_id
+        generation_id, member_id = identity
         by_topic: dict[str, list] = {}
         P = OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition
         for (topic, partition), offset in sorted(offsets.items()):
