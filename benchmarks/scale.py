@@ -6,7 +6,8 @@
 Starts a Kafka 4.0 broker (``KAFKA_HOME``, else ``../shared/kafka``; or ``KAFKA_BOOTSTRAP_SERVERS``),
 creates one topic per partition count (and, with ``--pattern-topics N``, N topics of
 ``--pattern-partitions`` (4) partitions read through ``subscribePattern``), and keeps a trickle
-of ``--rate`` records/s going to every partition in turn. For each point, each reader runs the same query in a fresh process: a stream
+of ``--rate`` records/s going to every partition in turn. For each point, each reader runs the
+same query in a fresh process: a stream
 from ``latest`` with a ``processingTime`` trigger of ``--trigger`` into the ``noop`` sink, for
 ``--warmup`` triggers not counted and then ``--triggers`` measured (``--timeout`` at most):
 
