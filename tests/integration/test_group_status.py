@@ -9,12 +9,13 @@ import os
 import subprocess
 
 import pytest
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from kafka_source import describe_group
 from kafka_source.testing import create_topic, unique_topic_name
 
+from .plain_consumer import group_consumer
 from .test_stream import group_timeouts, produce_counts, wait_until  # noqa: F401 (fixture)
 
 
@@ -26,13 +27,13 @@ def committed_group(bootstrap_servers, group_timeouts):
     create_topic(bootstrap_servers, topic, partitions=3)
     produce_counts(bootstrap_servers, topic, {0: 10, 1: 10, 2: 10})
     session, heartbeat = group_timeouts
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap_servers, group_id=group,
-                             client_id="status-probe", enable_auto_commit=False,
-                             session_timeout_ms=session, heartbeat_interval_ms=heartbeat,
-                             max_poll_interval_ms=60_000)
+    consumer = group_consumer(topic, bootstrap_servers=bootstrap_servers, group_id=group,
+                              client_id="status-probe", enable_auto_commit=False,
+                              session_timeout_ms=session, heartbeat_interval_ms=heartbeat,
+                              max_poll_interval_ms=60_000)
     try:
-        # Long polls: a poll that ends in the middle of a join (the embedded broker holds a
-        # JoinGroup for about half the session) can leave the consumer rejoining forever.
+        # Long polls: the embedded broker holds a JoinGroup for about half the session, and a
+        # poll that ends in the middle of a join costs a rejoin (see group_consumer).
         wait_until(lambda: consumer.poll(5_000) is not None and len(consumer.assignment()) == 3,
                    60, "the consumer's assignment")
         consumer.commit({TopicPartition(topic, 0): OffsetAndMetadata(10, "", -1),

@@ -14,13 +14,13 @@ import threading
 import time
 
 import pytest
-from kafka import KafkaConsumer
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 
 from kafka_source import describe_group
 from kafka_source.testing import create_topic, unique_topic_name
 
+from .plain_consumer import group_consumer
 from .test_stream import (committed, end_offsets, produce_counts, sink_rows, start_stream,
                           stream_options, wait_until)
 
@@ -39,7 +39,7 @@ class OtherMember(ConsumerRebalanceListener):
         self.assigned: list[list[int]] = []        # one entry per rebalance it took part in
         self.revoked: list[list[int]] = []
         self.generations: list[int] = []           # as its coordinator reports them
-        self.consumer = KafkaConsumer(
+        self.consumer = group_consumer(
             bootstrap_servers=bootstrap, group_id=group, client_id="other-member",
             auto_offset_reset="earliest", enable_auto_commit=True, auto_commit_interval_ms=200,
             session_timeout_ms=10_000, heartbeat_interval_ms=1_000, max_poll_interval_ms=60_000,

@@ -25,6 +25,7 @@ from kafka_source.read.admission import rate_limit
 from kafka_source.wire.net.client import BrokerClient
 from kafka_source.testing import create_topic, unique_topic_name
 
+from .plain_consumer import group_consumer
 from .spark_features import AVAILABLE_NOW_IN_MICRO_BATCHES
 from .test_batch_read import BASE_TS, produce
 
@@ -309,7 +310,7 @@ class PlainConsumer:
 
     def __init__(self, bootstrap, topic, group, timeouts, assignor):
         session, heartbeat = timeouts
-        self.consumer = KafkaConsumer(
+        self.consumer = group_consumer(
             topic, bootstrap_servers=bootstrap, group_id=group, client_id="plain-consumer",
             auto_offset_reset="earliest", enable_auto_commit=True, auto_commit_interval_ms=200,
             session_timeout_ms=session, heartbeat_interval_ms=heartbeat,
@@ -521,7 +522,7 @@ def test_fenced_query_neither_commits_backwards_nor_reads_again(spark, bootstrap
     other_rows: list[tuple[int, int]] = []
     try:
         assert slow_batch.wait(120), "the query's second micro-batch did not start"
-        other = KafkaConsumer(
+        other = group_consumer(
             topic, bootstrap_servers=bootstrap_servers, group_id=group,
             client_id="other-member", enable_auto_commit=False, auto_offset_reset="earliest",
             session_timeout_ms=6_000, heartbeat_interval_ms=1_000, max_poll_interval_ms=10_000,
