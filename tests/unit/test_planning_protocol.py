@@ -183,6 +183,57 @@ def test_list_offsets_answers_decode_to_kafkas_fields(version):
         ("payments", [(2, 0, 1_700_000_000_000, 42, 0 if version >= 4 else -1)])]
 
 
+# Names of 126 bytes and arrays of 126 entries are the longest with a one-byte compact length
+# (read and written inline); one more takes two bytes (the general path).
+BOUNDARY_NAMES = ["t", "é" * 63, "n" * 126, "n" * 127, "x" * 300, ""]
+BOUNDARY_COUNTS = [0, 1, 126, 127, 300]
+
+
+@pytest.mark.parametrize("version", [7, 9, 12])
+def test_metadata_answers_decode_across_the_one_byte_length_boundary(version):
+    R = MetadataResponse
+    T = R.MetadataResponseTopic
+    P = T.MetadataResponsePartition
+    topics = [(name, count) for name in BOUNDARY_NAMES for count in BOUNDARY_COUNTS[:3]] + [
+        ("c", count) for count in BOUNDARY_COUNTS[3:]]
+    theirs = R(version=version, throttle_time_ms=0, cluster_id=None, controller_id=1,
+               brokers=[R.MetadataResponseBroker(node_id=1, host="h", port=1, rack=None)],
+               topics=[T(error_code=0, name=name, is_internal=False,
+                         **_only(version, topic_id=UUID),
+                         partitions=[P(error_code=0, partition_index=p, leader_id=1,
+                                       replica_nodes=[1], isr_nodes=[1],
+                                       **_only(version, leader_epoch=p, offline_replicas=[]))
+                                     for p in range(count)])
+                       for name, count in topics],
+               **_only(version, error_code=0))
+    ours = LeanMetadataRequest.decode_body(memoryview(theirs.encode(version=version)), version)
+    assert [(t.name, len(t.partitions)) for t in ours.topics] == topics
+    assert all(t.partitions[-1].partition_index == len(t.partitions) - 1
+               for t in ours.topics if t.partitions)
+
+
+@pytest.mark.parametrize("version", [5, 6, 9])
+def test_list_offsets_cross_the_one_byte_length_boundary_both_ways(version):
+    cases = [(name, 2) for name in BOUNDARY_NAMES] + [
+        (f"c{count}", count) for count in BOUNDARY_COUNTS] + [("n" * 126, 126)]
+    asked = {name: [(p, 0, -1) for p in range(count)] for name, count in cases}
+    data = _encoded(LeanListOffsetsRequest(asked, read_committed=False, timeout_ms=1), version)
+    theirs = ListOffsetsRequest.decode(data[4:], version=version, header=True)
+    assert {t.name: len(t.partitions) for t in theirs.topics} == \
+        {name: len(parts) for name, parts in asked.items()}
+    R = ListOffsetsResponse
+    T = R.ListOffsetsTopicResponse
+    P = T.ListOffsetsPartitionResponse
+    answer = R(version=version, throttle_time_ms=0, topics=[
+        T(name=name, partitions=[P(partition_index=p, error_code=0, timestamp=-1, offset=p,
+                                   leader_epoch=0) for p, _, _ in parts])
+        for name, parts in asked.items()])
+    ours = LeanListOffsetsRequest.decode_body(memoryview(answer.encode(version=version)),
+                                              version)
+    assert {t.name: [p.offset for p in t.partitions] for t in ours.topics} == \
+        {name: [p for p, _, _ in parts] for name, parts in asked.items()}
+
+
 def test_versions_outside_those_written_here_are_refused():
     request = LeanMetadataRequest(["t"])
     with pytest.raises(ValueError, match="v3 is not one pykafka writes"):

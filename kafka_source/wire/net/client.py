@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, TypeVar
+from typing import Callable, Iterable, Mapping, NamedTuple, TypeVar
 
 import kafka.errors as Errors
 from kafka.net.compat import KafkaNetClient
@@ -69,8 +69,9 @@ _RETRIABLE_NETWORK_ERRORS = (Errors.KafkaConnectionError, Errors.NodeNotReadyErr
                              Errors.KafkaTimeoutError, Errors.RequestTimedOutError)
 
 
-@dataclass(frozen=True)
-class PartitionInfo:
+class PartitionInfo(NamedTuple):
+    """One partition of a Metadata answer (a tuple: a pattern's answer makes thousands)."""
+
     leader: int  # -1 while no leader is available
     error_code: int
     leader_epoch: int = -1   # Metadata v7+ (Kafka 2.1+); -1 when the broker gives none
@@ -467,18 +468,27 @@ class BrokerClient:
             self.view.avoid = node
             raise RetriableBrokerError(f"broker {node} answered Metadata with "
                                        f"{error_for(response.error_code).__name__}")
-        result = {}
+        # One pass over the answer builds everything taken from it: with a pattern over
+        # thousands of topics each pass cost about as much as decoding the answer.
+        result, ids, epochs, leaders = {}, {}, {}, {}
         for topic in response.topics:
-            parts = {p.partition_index: PartitionInfo(p.leader_id, p.error_code,
-                                                      getattr(p, "leader_epoch", -1))
-                     for p in topic.partitions}
-            result[topic.name] = TopicInfo(topic.name, topic.error_code, parts,
-                                           getattr(topic, "topic_id", None))
+            name, error_code = topic.name, topic.error_code
+            parts, led = {}, {}
+            for p in topic.partitions:
+                index, leader = p.partition_index, p.leader_id
+                epoch = getattr(p, "leader_epoch", -1)
+                parts[index] = PartitionInfo(leader, p.error_code, epoch)
+                epochs[(name, index)] = epoch
+                if leader >= 0:
+                    led[index] = leader
+            topic_id = getattr(topic, "topic_id", None)
+            result[name] = TopicInfo(name, error_code, parts, topic_id)
+            if not error_code:
+                ids[name] = topic_id
+                leaders[name] = led
         try:
-            self.view.check_topic_ids(node, {t: info.topic_id for t, info in result.items()
-                                             if not info.error_code})
-            self.view.check_epochs(node, {(t, p): i.leader_epoch for t, info in result.items()
-                                          for p, i in info.partitions.items()})
+            self.view.check_topic_ids(node, ids)
+            self.view.check_epochs(node, epochs)
         except UnconfirmedAnswer as exc:
             raise UnsettledMetadata(str(exc)) from None
         # kafka-python's cluster needs the brokers (to connect), not the partitions: the
@@ -487,10 +497,8 @@ class BrokerClient:
         self.view.seen(result)
         self.last_metadata_node = node
         now = time.monotonic()
-        for topic, info in result.items():
-            if not info.error_code:
-                self._leader_cache[topic] = (now, {p: i.leader for p, i in info.partitions.items()
-                                                   if i.leader >= 0})
+        for topic, led in leaders.items():
+            self._leader_cache[topic] = (now, led)
         return result
 
     def _metadata_node(self):

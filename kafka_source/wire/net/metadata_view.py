@@ -190,7 +190,7 @@ class MetadataView:
         are forgotten, and the caller reports them as gone."""
         now = self._clock()
         doubted, confirmed = [], []
-        for tp in sorted(set(expected)):
+        for tp in set(expected):        # sorted below where it matters (the log and error)
             info = infos.get(tp[0])
             if info is not None and info.error_code == 0 and tp[1] in info.partitions:
                 self._absent.pop(tp, None)
@@ -205,7 +205,8 @@ class MetadataView:
                 doubted.append(tp)
             else:
                 confirmed.append(tp)
-        for tp in confirmed:
+        doubted.sort()
+        for tp in sorted(confirmed):
             absence = self._absent.pop(tp)
             log.warning("%s-%d is missing from every Metadata answer for %.1f s (%d answers, "
                         "brokers %s): it is gone", tp[0], tp[1], now - absence.since,
