@@ -11,8 +11,10 @@ from __future__ import annotations
 
 def uvarint(value: int) -> bytes:
     """``value`` (>= 0) as an unsigned varint."""
-    if value < 0:
-        raise ValueError(f"an unsigned varint cannot hold {value}")
+    if value < 0x80:
+        if value < 0:
+            raise ValueError(f"an unsigned varint cannot hold {value}")
+        return bytes((value,))    # one byte: the lengths and counts of nearly every request
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)

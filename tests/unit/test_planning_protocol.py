@@ -184,7 +184,7 @@ def test_list_offsets_answers_decode_to_kafkas_fields(version):
 
 
 # Names of 126 bytes and arrays of 126 entries are the longest with a one-byte compact length
-# (read and written inline); one more takes two bytes (the general path).
+# (the shared readers' and uvarint's fast path); one more takes two bytes (the general path).
 BOUNDARY_NAMES = ["t", "é" * 63, "n" * 126, "n" * 127, "x" * 300, ""]
 BOUNDARY_COUNTS = [0, 1, 126, 127, 300]
 

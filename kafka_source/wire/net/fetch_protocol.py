@@ -210,6 +210,8 @@ def _parse(buf: memoryview, version: int,
 
 
 def _skip_tags(buf, pos: int) -> int:
+    if buf[pos] == 0:             # no tagged fields: the rule, and one byte
+        return pos + 1
     count, pos = read_uvarint(buf, pos, 5)
     for _ in range(count):
         _tag, pos = read_uvarint(buf, pos, 5)
@@ -224,6 +226,9 @@ def _length(buf, pos: int, flexible: bool, fixed: struct.Struct = _I32) -> tuple
     """A length prefix: in flexible versions an unsigned varint of length + 1, else a signed
     big-endian int of ``fixed``'s width; -1 means null."""
     if flexible:
+        k = buf[pos]
+        if k < 0x80:              # one byte: every length below 127, read without a call
+            return k - 1, pos + 1
         n, pos = read_uvarint(buf, pos, 5)
         return n - 1, pos
     (n,) = fixed.unpack_from(buf, pos)

@@ -322,18 +322,8 @@ class LeanMetadataRequest(LeanRequest):
         with_id, nullable_name = version >= 10, version >= 12
         replica_lists = 3 if version >= 5 else 2
         for _ in range(n):
-            # A topic costs about as much as a partition, and a pattern's answer has thousands
-            # (module docstring): the usual one-byte lengths and empty tags are read inline.
             (error_code,) = _I16.unpack_from(buf, pos)
-            pos += 2
-            k = buf[pos] if flexible else 0
-            if 1 < k < 0x80:                        # a compact name of 1-126 bytes
-                end = pos + k
-                if end > len(buf):
-                    raise ValueError("topic name runs past the frame end")
-                name, pos = str(buf[pos + 1:end], "utf-8"), end
-            else:
-                name, pos = _read_string(buf, pos, flexible, nullable=nullable_name)
+            name, pos = _read_string(buf, pos + 2, flexible, nullable=nullable_name)
             topic_id = None
             if with_id:
                 topic_id = buf[pos:pos + 16]
@@ -342,11 +332,7 @@ class LeanMetadataRequest(LeanRequest):
                 topic_id = None if topic_id == _NO_TOPIC_ID else bytes(topic_id)
                 pos += 16
             is_internal = buf[pos] != 0
-            k = buf[pos + 1] if flexible else 0
-            if 0 < k < 0x80:
-                count, pos = k - 1, pos + 2
-            else:
-                count, pos = _array_len(buf, pos + 1, flexible)
+            count, pos = _array_len(buf, pos + 1, flexible)
             parts = []
             for _ in range(count):
                 fields = head.unpack_from(buf, pos)
@@ -371,7 +357,7 @@ class LeanMetadataRequest(LeanRequest):
             if version >= 8:
                 pos += 4                            # topic_authorized_operations
             if flexible:
-                pos = pos + 1 if buf[pos] == 0 else _skip_tags(buf, pos)
+                pos = _skip_tags(buf, pos)
             topics.append(MetadataTopic(error_code, name, is_internal, parts, topic_id))
         if 8 <= version <= 10:
             pos += 4                                # cluster_authorized_operations
@@ -415,20 +401,12 @@ class LeanListOffsetsRequest(LeanRequest):
         else:
             part = struct.Struct(">iq")
             encode = (lambda p, e, t: part.pack(p, t))
-        append = out.append
         for topic, parts in self.partitions.items():
-            name = topic.encode()
-            if flexible and len(name) < 0x7F and len(parts) < 0x7F:
-                # the usual one-byte compact lengths, inline: a pattern's request has a topic
-                # per partition or so
-                append(bytes((len(name) + 1,)) + name + bytes((len(parts) + 1,)))
-            else:
-                append(_string(topic, flexible))
-                append(_array_head(len(parts), flexible))
-            for p, e, t in parts:
-                append(encode(p, e, t))
+            out.append(_string(topic, flexible))
+            out.append(_array_head(len(parts), flexible))
+            out.extend(encode(p, e, t) for p, e, t in parts)
             if flexible:
-                append(b"\x00")
+                out.append(b"\x00")
         if version >= 10:
             out.append(_I32.pack(self.timeout_ms))
         if flexible:
@@ -448,19 +426,8 @@ class LeanListOffsetsRequest(LeanRequest):
         n, pos = _array_len(buf, pos, flexible)
         topics = []
         for _ in range(n):
-            k = buf[pos] if flexible else 0
-            if 1 < k < 0x80:                        # a compact name of 1-126 bytes, inline
-                end = pos + k
-                if end > len(buf):
-                    raise ValueError("topic name runs past the frame end")
-                name, pos = str(buf[pos + 1:end], "utf-8"), end
-            else:
-                name, pos = _read_string(buf, pos, flexible)
-            k = buf[pos] if flexible else 0
-            if 0 < k < 0x80:
-                count, pos = k - 1, pos + 1
-            else:
-                count, pos = _array_len(buf, pos, flexible)
+            name, pos = _read_string(buf, pos, flexible)
+            count, pos = _array_len(buf, pos, flexible)
             parts = []
             for _ in range(count):
                 fields = head.unpack_from(buf, pos)
@@ -471,7 +438,7 @@ class LeanListOffsetsRequest(LeanRequest):
                 parts.append(OffsetsPartition(fields[0], fields[1], fields[2], fields[3],
                                               fields[4] if with_epoch else -1))
             if flexible:
-                pos = pos + 1 if buf[pos] == 0 else _skip_tags(buf, pos)
+                pos = _skip_tags(buf, pos)
             topics.append(OffsetsTopic(name, parts))
         if flexible:
             pos = _skip_tags(buf, pos)
