@@ -10,12 +10,14 @@ import threading
 import time
 
 import pytest
+from kafka import KafkaProducer
 
 from kafka_source.testing import create_topic, unique_topic_name
 from kafka_source.testing.progress import source_offsets
 from kafka_source.wire.net.client import RetriableBrokerError
 
 from .java_consumer import JavaConsumer, kafka_home
+from .test_batch_read import BASE_TS
 from .test_stream import (describe_group, expected_rows, produce_counts, sink_rows,
                           start_stream, stream_options, wait_until)
 
@@ -99,8 +101,29 @@ def test_a_query_reads_on_while_a_cooperative_rebalance_waits_for_another_member
 
     topic = unique_topic_name("coop-held")
     create_topic(bootstrap_servers, topic, partitions=4)
-    counts = {p: 1500 for p in range(4)}
+    # A backlog of 200 per partition, then a trickle (5 records a second to each partition)
+    # until M and N leave: whatever the machine's speed, the partitions the query owns have
+    # new records in every micro-batch of the held rebalance, and the query has little left to
+    # read once it owns everything again (a 6,000-record backlog took 120 batches, 70 s, here).
+    counts = {p: 200 for p in range(4)}
     produce_counts(bootstrap_servers, topic, counts)
+    trickling = threading.Event()
+
+    def trickle():
+        producer = KafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=0, acks="all")
+        try:
+            while not trickling.wait(1.0):
+                for p in counts:
+                    for _ in range(5):
+                        i = counts[p]
+                        producer.send(topic, key=f"k{p}-{i}".encode(), value=f"p{p}-{i}".encode(),
+                                      partition=p, timestamp_ms=BASE_TS + i).get(timeout=30)
+                        counts[p] = i + 1
+        finally:
+            producer.close(timeout=10)
+
+    trickler = threading.Thread(target=trickle, daemon=True)
+    trickler.start()
     group = unique_topic_name("g-coop-held")
     out = str(tmp_path / "out")
     query = start_stream(spark, stream_options(
@@ -193,6 +216,9 @@ def test_a_query_reads_on_while_a_cooperative_rebalance_waits_for_another_member
                     progress["batchId"]
         # M and N leave without reading: the query takes every partition back, from where the
         # group's commits say, and reads every record exactly once.
+        trickling.set()
+        trickler.join(timeout=60)
+        assert not trickler.is_alive(), "the trickle did not stop"
         m.close()
         n.close()
         m = n = None
@@ -203,6 +229,7 @@ def test_a_query_reads_on_while_a_cooperative_rebalance_waits_for_another_member
         assert backwards == []
     finally:
         watching.set()
+        trickling.set()
         for x in (m, n):
             if x is not None:
                 x.close()
