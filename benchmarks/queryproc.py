@@ -21,6 +21,15 @@ HERE = Path(__file__).resolve().parent
 ANCHOR_DIR = HERE.parent.parent / "shared" / "anchors" / "spark-jvm-kafka"
 
 
+def default_kafka_home() -> None:
+    """``KAFKA_HOME`` from ``../shared/kafka`` (Kafka 4.0) when it is unset and that
+    distribution is there, so that a benchmark's own broker starts on a fresh machine as its
+    docstring says; a ``KAFKA_HOME`` already set is left alone."""
+    shared = HERE.parent.parent / "shared" / "kafka"
+    if not os.environ.get("KAFKA_HOME", "").strip() and (shared / "bin").is_dir():
+        os.environ["KAFKA_HOME"] = str(shared)
+
+
 def jvm_reader_present() -> bool:
     """Whether Spark's JVM Kafka source (the anchor's jars) is on this machine."""
     return (ANCHOR_DIR / "jars").is_dir()

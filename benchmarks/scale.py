@@ -45,7 +45,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(1, str(HERE))
 
-from queryproc import drop_missing_jvm, interpreter, spark_session  # noqa: E402
+from queryproc import (default_kafka_home, drop_missing_jvm, interpreter,  # noqa: E402
+                       spark_session)
 
 STEPS = ("triggerExecution", "latestOffset", "walCommit", "queryPlanning", "addBatch",
          "commitOffsets")
@@ -301,6 +302,7 @@ def main(argv=None) -> int:
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if not bootstrap:
         log("starting Kafka 4.0 ...")
+        default_kafka_home()
         broker = LocalKafkaBroker(properties={"num.partitions": "1",
                                               "group.initial.rebalance.delay.ms": "0"})
         bootstrap = broker.bootstrap_servers
