@@ -108,19 +108,25 @@ def test_a_query_reads_on_while_a_cooperative_rebalance_waits_for_another_member
     counts = {p: 200 for p in range(4)}
     produce_counts(bootstrap_servers, topic, counts)
     trickling = threading.Event()
+    trickle_failed: list[BaseException] = []
 
     def trickle():
-        producer = KafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=0, acks="all")
         try:
-            while not trickling.wait(1.0):
-                for p in counts:
-                    for _ in range(5):
-                        i = counts[p]
-                        producer.send(topic, key=f"k{p}-{i}".encode(), value=f"p{p}-{i}".encode(),
-                                      partition=p, timestamp_ms=BASE_TS + i).get(timeout=30)
-                        counts[p] = i + 1
-        finally:
-            producer.close(timeout=10)
+            producer = KafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=0,
+                                     acks="all")
+            try:
+                while not trickling.wait(1.0):
+                    for p in counts:
+                        for _ in range(5):
+                            i = counts[p]
+                            producer.send(topic, key=f"k{p}-{i}".encode(),
+                                          value=f"p{p}-{i}".encode(), partition=p,
+                                          timestamp_ms=BASE_TS + i).get(timeout=30)
+                            counts[p] = i + 1
+            finally:
+                producer.close(timeout=10)
+        except BaseException as exc:      # said by the test, not lost with the thread
+            trickle_failed.append(exc)
 
     trickler = threading.Thread(target=trickle, daemon=True)
     trickler.start()
@@ -184,6 +190,7 @@ def test_a_query_reads_on_while_a_cooperative_rebalance_waits_for_another_member
         first = query.lastProgress
         time.sleep(8)
         last = query.lastProgress
+        assert not trickle_failed, f"the trickle producer failed: {trickle_failed[0]!r}"
         assert group_now(bootstrap_servers, group)[0] == "PreparingRebalance", \
             "the rebalance was not held for the whole window"
         batches = last["batchId"] - first["batchId"]
@@ -219,6 +226,7 @@ def test_a_query_reads_on_while_a_cooperative_rebalance_waits_for_another_member
         trickling.set()
         trickler.join(timeout=60)
         assert not trickler.is_alive(), "the trickle did not stop"
+        assert not trickle_failed, f"the trickle producer failed: {trickle_failed[0]!r}"
         m.close()
         n.close()
         m = n = None

@@ -571,9 +571,11 @@ def test_exactly_once_repair_whose_rows_are_grouped_otherwise_loses_nothing(
 def test_exactly_once_stream_outlasting_the_transaction_timeout_is_repaired_on_restart(
         spark, bootstrap_servers, tmp_path):
     # Issue 18 item 4, end to end: micro-batch 0 has two write tasks; task 1 is held up until
-    # the broker has aborted task 0's transaction (kafka.transaction.timeout.ms 2 s), so the
+    # the broker has aborted task 0's transaction (kafka.transaction.timeout.ms 6 s), so the
     # commit commits task 1's only and fails the query. The restart (with a longer timeout)
-    # writes task 0's rows again and not task 1's.
+    # writes task 0's rows again and not task 1's. Task 1's transaction must outlive the time
+    # from its first record to the driver's commit: with 2 s, a CI run whose two lanes kept
+    # both cores busy saw the broker abort it too ("2 of its 2 transaction(s)").
     from pyspark.errors import StreamingQueryException
     from pyspark.sql.functions import udf
 
@@ -631,7 +633,7 @@ def test_exactly_once_stream_outlasting_the_transaction_timeout_is_repaired_on_r
             pass    # query.exception() says what
         return query
 
-    first = run("2000", hold_up=True)
+    first = run("6000", hold_up=True)
     error = str(first.exception())
     assert "was committed only in part" in error, error[-3000:]
     assert _values(bootstrap_servers, out) == Counter(b"p1-%d" % i for i in range(10))
