@@ -90,6 +90,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent
 sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(1, str(HERE))
+
+from queryproc import default_kafka_home  # noqa: E402
 
 PARTITIONS = 4
 PRODUCE_EVERY_S = 0.05
@@ -511,9 +514,7 @@ def main(argv=None) -> int:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         dict.fromkeys([str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(
             os.pathsep) if p]))
-    shared = REPO_ROOT.parent / "shared" / "kafka"
-    if not os.environ.get("KAFKA_HOME") and (shared / "bin").is_dir():
-        os.environ["KAFKA_HOME"] = str(shared)
+    default_kafka_home()
     from pyspark.sql import SparkSession
 
     import kafka_source
