@@ -10,14 +10,12 @@ import threading
 import time
 
 import pytest
-from kafka import KafkaProducer
 
 from kafka_source.testing import create_topic, unique_topic_name
 from kafka_source.testing.progress import source_offsets
 from kafka_source.wire.net.client import RetriableBrokerError
 
 from .java_consumer import JavaConsumer, kafka_home
-from .test_batch_read import BASE_TS
 from .test_stream import (describe_group, expected_rows, produce_counts, sink_rows,
                           start_stream, stream_options, wait_until)
 
@@ -112,19 +110,11 @@ def test_a_query_reads_on_while_a_cooperative_rebalance_waits_for_another_member
 
     def trickle():
         try:
-            producer = KafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=0,
-                                     acks="all")
-            try:
-                while not trickling.wait(1.0):
-                    for p in counts:
-                        for _ in range(5):
-                            i = counts[p]
-                            producer.send(topic, key=f"k{p}-{i}".encode(),
-                                          value=f"p{p}-{i}".encode(), partition=p,
-                                          timestamp_ms=BASE_TS + i).get(timeout=30)
-                            counts[p] = i + 1
-            finally:
-                producer.close(timeout=10)
+            while not trickling.wait(1.0):
+                produce_counts(bootstrap_servers, topic, {p: 5 for p in counts},
+                               start=dict(counts))
+                for p in counts:
+                    counts[p] += 5
         except BaseException as exc:      # said by the test, not lost with the thread
             trickle_failed.append(exc)
 
