@@ -43,6 +43,7 @@ from pathlib import Path
 
 import kafka.net.connection as kafka_connection
 import pytest
+from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.metadata import MetadataRequest
 
 from kafka_source import spark_features
@@ -460,6 +461,51 @@ def test_requests_reauthenticate_in_time_when_the_timer_is_late(secured, caplog,
     assert sent >= 10
     # sessions of at most 4 s (a token's rest), re-authenticated at 80% by the connector's clock
     assert reauthentications >= run_s // lifetime_s, reauthentications
+    assert "re-authentication failed" not in caplog.text
+
+
+def test_a_request_behind_a_waiting_fetch_is_read_within_its_session(secured, caplog):
+    """A broker reads a connection's next request only after answering the one before. Here a
+    Fetch at the end of a partition waits at the broker for records (8 s, its max wait), sent
+    in the first seconds of a session of at most 6 s (the token's rest), and a Metadata request
+    is sent right behind it, when no re-authentication is due. The broker answers the Fetch
+    after the session's end; written behind it, the Metadata request was read then and the
+    broker closed the connection for it ("Disconnecting expired channel"), failing both. Held
+    by the connection until the Fetch is answered, it waits for a re-authentication instead."""
+    caplog.set_level(logging.DEBUG, logger="kafka.net.connection")
+    lifetime_s, wait_ms = 6, 8000
+    topic = secured["topic"]
+    with TokenEndpoint({CLIENT_ID: CLIENT_SECRET}, lifetime_s=lifetime_s) as idp:
+        options = {**security_options(secured, "sasl-ssl-oauthbearer-client-credentials"),
+                   "kafka.sasl.oauthbearer.token.endpoint.url": idp.url}
+        with BrokerClient(client_config_from_options(options)) as client:
+            client.metadata([topic])
+            node = client.last_node
+            started = time.monotonic()
+            version = min(client.api_version(FetchRequest), 12)   # topics by name up to v12
+            partition = FetchRequest.FetchTopic.FetchPartition(
+                partition=0, current_leader_epoch=-1, fetch_offset=PER_PARTITION[0],
+                last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)
+            fetch = FetchRequest(
+                version=version, replica_id=-1, max_wait_ms=wait_ms, min_bytes=1 << 20,
+                max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+                topics=[FetchRequest.FetchTopic(topic=topic, partitions=[partition])],
+                forgotten_topics_data=[], rack_id="")
+            waiting = client.send_now(node, fetch, timeout_ms=wait_ms + 10_000)
+            behind = client.send_now(node, MetadataRequest(
+                topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
+                include_topic_authorized_operations=False))
+            sent_s = time.monotonic() - started
+            settle_by = time.monotonic() + wait_ms / 1000 + 15
+            while not (waiting.is_done and behind.is_done) and time.monotonic() < settle_by:
+                client.poll(100)
+            answered_s = time.monotonic() - started
+    assert sent_s < 1.5, sent_s                 # both handed over early in the session
+    assert waiting.succeeded(), waiting.exception
+    assert behind.succeeded(), behind.exception
+    assert answered_s >= wait_ms / 1000 > lifetime_s     # the Fetch waited past the session
+    assert "Beginning SASL re-authentication" in caplog.text
     assert "re-authentication failed" not in caplog.text
 
 

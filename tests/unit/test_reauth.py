@@ -10,20 +10,21 @@ from __future__ import annotations
 import asyncio
 import struct
 import time
+from collections import deque
 from types import SimpleNamespace
 
 from kafka.net.connection import KafkaConnection
 from kafka.net.selector import NetworkSelector
 from kafka.protocol.broker_version_data import BrokerVersionData
-from kafka.protocol.metadata import MetadataRequest
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.parser import KafkaProtocol
 from kafka.protocol.sasl import (SaslAuthenticateRequest, SaslAuthenticateResponse,
                                  SaslHandshakeRequest, SaslHandshakeResponse)
 
 from kafka_source.wire.net.handshake import ConnectionManager
-from kafka_source.wire.net.reauth import (REAUTH_AT, reauthenticate_at, reauthentication_due,
-                                          session_clock, start_reauthentication,
-                                          track_sessions)
+from kafka_source.wire.net.reauth import (REAUTH_AT, read_late, reauthenticate_at,
+                                          reauthentication_due, session_clock,
+                                          start_reauthentication, track_sessions)
 
 
 class FakeNet:
@@ -48,8 +49,16 @@ class FakeConnection:
         self.closed = False
         self.sent = []
         self.delay_s = delay_s
+        self.in_flight_requests, self._request_buffer, self.paused = deque(), deque(), set()
         self._reauth = SimpleNamespace(session_lifetime_ms=0, is_reauthenticating=False,
-                                       task=None, _task=None, _run=object())
+                                       task=None, _task=None, _run=object(),
+                                       on_response_processed=lambda: None)
+
+    def _timeout_at(self, now=None, timeout_ms=None):
+        return time.monotonic() + (timeout_ms or 30_000) / 1000
+
+    def unpause(self, reason):
+        self.paused.discard(reason)
 
     def _send_request(self, request, future=None, timeout_at=None):
         self.sent.append(type(request).__name__)
@@ -290,21 +299,142 @@ def test_any_request_sent_when_the_session_is_due_waits_for_the_reauthentication
         net.poll(timeout_ms=0)
         assert conn.transport.api_keys == [SASL_HANDSHAKE]
 
-        def answer(response_class, **fields):           # the broker's, to the last request
-            response = response_class(version=conn.transport.versions[-1], **fields)
-            response.with_header(correlation_id=conn.transport.correlation_ids[-1])
-            conn.data_received(bytes(response.encode(framed=True, header=True)))
-            for _ in range(3):
-                net.poll(timeout_ms=0)
-
-        answer(SaslHandshakeResponse, error_code=0, mechanisms=["PLAIN"])
+        answer(net, conn, SaslHandshakeResponse, error_code=0, mechanisms=["PLAIN"])
         assert conn.transport.api_keys == [SASL_HANDSHAKE, SASL_AUTHENTICATE]
-        answer(SaslAuthenticateResponse, error_code=0, error_message=None, auth_bytes=b"",
-               session_lifetime_ms=10_000)
-        # re-authenticated: both held requests go out, and the session starts again
-        assert conn.transport.api_keys == [SASL_HANDSHAKE, SASL_AUTHENTICATE, METADATA, METADATA]
+        answer(net, conn, SaslAuthenticateResponse, error_code=0, error_message=None,
+               auth_bytes=b"", session_lifetime_ms=10_000)
+        # re-authenticated: the held requests go out, and the session starts again; the second
+        # only once the first is answered (its 30 s timeout is past this 10 s session's end)
+        assert conn.transport.api_keys == [SASL_HANDSHAKE, SASL_AUTHENTICATE, METADATA]
         assert not conn._reauth.is_reauthenticating
         assert not reauthentication_due(conn)
         assert time.monotonic() - session_clock(conn).began < 1
+        answer(net, conn, MetadataResponse)
+        assert conn.transport.api_keys == [SASL_HANDSHAKE, SASL_AUTHENTICATE, METADATA, METADATA]
     finally:
+        net.close()
+
+
+def answer(net, conn, response_class, **fields) -> None:
+    """The broker's answer to the oldest request in flight on ``conn``."""
+    correlation_id = conn.in_flight_requests[0][0]
+    version = conn.transport.versions[conn.transport.correlation_ids.index(correlation_id)]
+    response = response_class(version=version, **fields)
+    response.with_header(correlation_id=correlation_id)
+    conn.data_received(bytes(response.encode(framed=True, header=True)))
+    for _ in range(3):
+        net.poll(timeout_ms=0)
+
+
+# --- requests the broker would read late ------------------------------------------------------
+#
+# A broker reads a connection's next request only after answering the one before. A request
+# written behind one that waits at the broker (a Produce with acks=all during a restart, a Fetch
+# for its max wait) is read when that one is done, which can be after the session's end though
+# the request was checked in time. Such requests are held by the connection and let out as the
+# answers come, each checked again then.
+
+
+def test_a_request_behind_one_that_may_be_answered_late_is_held_until_the_answer():
+    net = NetworkSelector()
+    try:
+        # 2 s into a 10 s session: nothing due, but the first request may take its 30 s
+        conn = authenticated_connection(net, age_s=2.0, timer_in_s=7.0)
+        first = conn.send_request(MetadataRequest(topics=[]))
+        assert read_late(conn)
+        second = conn.send_request(MetadataRequest(topics=[]))
+        third = conn.send_request(MetadataRequest(topics=[]))
+        assert conn.transport.api_keys == [METADATA]            # the others held, in order
+        assert len(conn._request_buffer) == 2
+        answer(net, conn, MetadataResponse)
+        assert first.succeeded()
+        assert conn.transport.api_keys == [METADATA, METADATA]   # one more, behind nothing
+        answer(net, conn, MetadataResponse)
+        assert second.succeeded()
+        assert conn.transport.api_keys == [METADATA] * 3
+        answer(net, conn, MetadataResponse)
+        assert third.succeeded() and not conn._request_buffer
+    finally:
+        net.close()
+
+
+def test_a_held_request_reauthenticates_first_when_the_answer_came_late():
+    """The answer to the request in front came when the session was due: the held request is
+    checked again as it would go out, and waits for the re-authentication."""
+    net = NetworkSelector()
+    try:
+        conn = authenticated_connection(net, age_s=2.0, timer_in_s=7.0)
+        conn.send_request(MetadataRequest(topics=[]))
+        held = conn.send_request(MetadataRequest(topics=[]))
+        session_clock(conn).began -= 6.0                         # the answer, 6 s later
+        answer(net, conn, MetadataResponse)
+        assert conn.transport.api_keys == [METADATA, SASL_HANDSHAKE]
+        assert not held.is_done
+        answer(net, conn, SaslHandshakeResponse, error_code=0, mechanisms=["PLAIN"])
+        answer(net, conn, SaslAuthenticateResponse, error_code=0, error_message=None,
+               auth_bytes=b"", session_lifetime_ms=10_000)
+        assert conn.transport.api_keys == [METADATA, SASL_HANDSHAKE, SASL_AUTHENTICATE, METADATA]
+        answer(net, conn, MetadataResponse)
+        assert held.succeeded()
+    finally:
+        net.close()
+
+
+def test_requests_are_pipelined_when_every_answer_is_due_in_time():
+    net = NetworkSelector()
+    try:
+        # a young session and requests whose timeouts end long before it is due
+        conn = authenticated_connection(net, age_s=1.0, timer_in_s=8.0)
+        for _ in range(3):
+            conn.send_request(MetadataRequest(topics=[]), request_timeout_ms=1000)
+        assert conn.transport.api_keys == [METADATA] * 3
+        assert not read_late(conn)
+        # sessions that never end: never held, whatever the timeouts
+        endless = authenticated_connection(net, age_s=1.0, timer_in_s=8.0)
+        endless._reauth.session_lifetime_ms = 0
+        for _ in range(3):
+            endless.send_request(MetadataRequest(topics=[]))
+        assert endless.transport.api_keys == [METADATA] * 3
+    finally:
+        net.close()
+
+
+def test_held_requests_fail_with_the_connection():
+    net = NetworkSelector()
+    try:
+        conn = authenticated_connection(net, age_s=2.0, timer_in_s=7.0)
+        first = conn.send_request(MetadataRequest(topics=[]))
+        held = conn.send_request(MetadataRequest(topics=[]))
+        conn.close(RuntimeError("lost"))
+        for _ in range(3):
+            net.poll(timeout_ms=0)
+        assert first.failed() and held.failed()
+        assert conn.transport is None or conn.transport.api_keys == [METADATA]
+    finally:
+        net.close()
+
+
+def test_a_request_is_handed_to_the_socket_at_once_not_at_the_next_poll():
+    """kafka-python's transport queues a request's bytes for a task of its event loop. A
+    process that stops polling right after (a Python worker idle between tasks, with the sink's
+    client in it) left them queued for as long: the request was checked in the session but
+    read by the broker after its end. On a real socket, no poll in between."""
+    import socket
+
+    from kafka.net.transport import KafkaTCPTransport
+
+    net = NetworkSelector()
+    ours, brokers = socket.socketpair()
+    try:
+        ours.setblocking(False)
+        brokers.settimeout(0.5)
+        conn = authenticated_connection(net, age_s=1.0, timer_in_s=8.0)
+        conn.transport = KafkaTCPTransport(net, ours, host="127.0.0.1")
+        conn.transport.set_protocol(conn)
+        conn.send_request(MetadataRequest(topics=[]))
+        size, api_key = struct.unpack(">ih", brokers.recv(6))
+        assert api_key == METADATA and size > 0
+        assert not conn.transport._write_buffer
+    finally:
+        brokers.close()
         net.close()

@@ -43,9 +43,33 @@ that Metadata request could go out on the ended session, and the broker closed t
 for it: the likely cause of the one expired connection the rolling-restart scenario with the
 consumer protocol counted in about 1 run of 3.
 
+A request checked in time can still be read late, in two ways, and both are closed here:
+
+* kafka-python's transport only queues a request's bytes; a task of its event loop writes them.
+  When the process stops polling right after -- a Python worker idle between two tasks, with
+  the sink's client in it -- they wait there. In the rolling-restart scenario (tests/cluster,
+  10 s sessions) a Metadata request of kafka-python's refresh loop, queued 40 ms into a session
+  at the end of a poll, was written at the worker's next poll 14 s later, and the broker closed
+  the connection for it (its request log: the request before answered at once, this one read
+  14.4 s later). Every request now goes to the socket when it is sent (:func:`write_now`).
+* A broker reads one request of a connection at a time: the next only after it has answered
+  the one before (it mutes the channel meanwhile, which keeps the answers in order). A request
+  written behind others is read when they are done, and some wait on purpose: a Produce with
+  acks=all until the replicas have the records, a Fetch for up to its max wait, a JoinGroup for
+  the rebalance. Behind a Fetch that waited past the session's end, a Metadata request made the
+  broker close the connection (tests/integration/test_security.py). So while a request in
+  flight may still be unanswered when the session reaches :data:`REAUTH_AT` (its timeout is
+  later: :func:`read_late`), the next requests are held in the connection's own buffer, where
+  kafka-python keeps requests during a re-authentication, and let out one by one as the answers
+  come (:func:`release_held`), each checked again as if it were sent then. The broker would not
+  have read them sooner, so holding costs a round trip at most; with sessions of an hour it
+  happens only in the last request timeout before each re-authentication, and never where
+  sessions do not end.
+
 This relies on a few private parts of kafka-python 3's connection (``_send_request``,
-``_sasl_authenticate``, ``_reauth``); where they are missing, connections work as kafka-python
-makes them and only this early start is lost (logged at DEBUG for each connection).
+``_sasl_authenticate``, ``_reauth``, ``in_flight_requests``, ``_request_buffer``); where they are
+missing, connections work as kafka-python makes them and only this early start is lost (logged
+at DEBUG for each connection).
 """
 
 from __future__ import annotations
@@ -53,6 +77,7 @@ from __future__ import annotations
 import logging
 import time
 
+from kafka.future import Future
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslBytesRequest
 
 log = logging.getLogger(__name__)
@@ -91,7 +116,11 @@ def track_sessions(conn) -> None:
         send_request = conn._send_request
         authenticate = conn._sasl_authenticate
         public_send = conn.send_request
-        conn._reauth._run                       # noqa: B018 - what start_reauthentication uses
+        reauth = conn._reauth
+        response_processed = reauth.on_response_processed
+        unpause = conn.unpause
+        reauth._run                             # noqa: B018 - what start_reauthentication uses
+        conn.in_flight_requests, conn._request_buffer, conn._timeout_at  # noqa: B018 - holding
     except AttributeError as exc:
         log.debug("kafka-python's connection has no %s: SASL sessions are re-authenticated on "
                   "kafka-python's own timer only", exc)
@@ -100,7 +129,9 @@ def track_sessions(conn) -> None:
     def timed_send(request, *args, **kwargs):
         if isinstance(request, _AUTH_REQUESTS):
             clock._sent = time.monotonic()
-        return send_request(request, *args, **kwargs)
+        result = send_request(request, *args, **kwargs)
+        write_now(conn)
+        return result
 
     async def timed_authenticate(*args, **kwargs):
         clock._sent = None
@@ -109,18 +140,96 @@ def track_sessions(conn) -> None:
             clock.began = clock._sent
         return result
 
-    def checked_send(request, *args, **kwargs):
+    def checked_send(request, request_timeout_ms=None):
         # Every request handed to the connection, whoever sends it (kafka-python's metadata
         # refresh loop too): the re-authentication first when it is due, and this request held
-        # until it is done. The exchange's own requests go through _send_request, not here.
+        # until it is done; or held behind requests in flight that may be answered too late.
+        # The exchange's own requests go through _send_request, not here.
         if reauthentication_due(conn):
             start_reauthentication(conn)
-        return public_send(request, *args, **kwargs)
+        elif _may_hold(conn) and (conn._request_buffer or read_late(conn)):
+            future = Future()
+            conn._request_buffer.append(
+                (request, future, conn._timeout_at(timeout_ms=request_timeout_ms)))
+            return future
+        return public_send(request, request_timeout_ms=request_timeout_ms)
+
+    def answered():
+        response_processed()
+        release_held(conn)
+
+    def unpaused(reason):
+        unpause(reason)
+        write_now(conn)
+        release_held(conn)
 
     conn._send_request = timed_send
     conn._sasl_authenticate = timed_authenticate
     conn.send_request = checked_send
+    conn.send_buffered = lambda: release_held(conn)
+    reauth.on_response_processed = answered
+    conn.unpause = unpaused
     setattr(conn, _ATTRIBUTE, clock)
+
+
+def write_now(conn) -> None:
+    """Hand ``conn``'s queued bytes to the socket now, as far as it takes them, instead of at
+    the event loop's next turn, so that a request checked now is on its way now. kafka-python's
+    transport only queues what it is given and writes it from a task of the event loop; when
+    the process then stops polling -- a Python worker idle between two tasks, with the sink's
+    client cached in it -- the bytes wait there. Seen in the rolling-restart scenario
+    (tests/cluster): kafka-python's metadata refresh queued a Metadata request at the end of a
+    poll, 40 ms into a session; the worker's next poll, 14 s later, wrote it, and the broker
+    closed the connection as expired.
+    Bytes the socket does not take (a large Produce under back-pressure) stay queued for the
+    event loop, which writes them as before."""
+    transport = getattr(conn, "transport", None)
+    try:
+        if transport is None or not transport._write_buffer or transport._sock is None:
+            return
+        sent, error = transport._sock_send()
+    except AttributeError:
+        return
+    if error is not None:
+        transport.abort(error=error)
+    elif sent:
+        transport.last_write = time.monotonic()
+
+
+def _may_hold(conn) -> bool:
+    """Whether requests may be held, or let out, by :func:`checked_send` and
+    :func:`release_held`: the connection is up and neither setting up nor re-authenticating
+    (kafka-python holds requests itself then, in the same buffer, and lets them out through
+    :func:`release_held` when it is done)."""
+    return (not conn.closed and getattr(conn, "connected", False)
+            and not getattr(conn, "initializing", False)
+            and not conn._reauth.is_reauthenticating)
+
+
+def read_late(conn) -> bool:
+    """Whether a request written to ``conn`` now might be read by the broker only after the
+    session has reached :func:`reauthenticate_at`: a request in flight might be answered only
+    then (its timeout is that late), and the broker reads the next request of a connection only
+    after answering the one before. False for a connection whose sessions do not end."""
+    at = reauthenticate_at(conn)
+    return at != float("inf") and any(entry[3] >= at for entry in conn.in_flight_requests)
+
+
+def release_held(conn) -> None:
+    """Let out the requests held in ``conn``'s buffer, in order, for as long as each may go:
+    none while a re-authentication is due (it is started, and lets them out when it is done),
+    and none more once one in flight may be answered too late (:func:`read_late`; the next
+    answer calls this again). Replaces kafka-python's ``send_buffered``, which wrote them all at
+    once after the connection's set-up and each re-authentication."""
+    buffer = conn._request_buffer
+    while buffer and _may_hold(conn) and not conn.paused:
+        if reauthentication_due(conn):
+            start_reauthentication(conn)
+            return
+        if read_late(conn):
+            return
+        request, future, timeout_at = buffer.popleft()
+        conn._send_request(request, future=future, timeout_at=timeout_at)
 
 
 def session_clock(conn) -> SessionClock | None:
