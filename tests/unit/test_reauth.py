@@ -8,13 +8,16 @@ with kafka-python's timer made late: tests/integration/test_security.py
 from __future__ import annotations
 
 import asyncio
+import socket
 import struct
 import time
 from collections import deque
 from types import SimpleNamespace
 
+import pytest
 from kafka.net.connection import KafkaConnection
 from kafka.net.selector import NetworkSelector
+from kafka.net.transport import KafkaTCPTransport
 from kafka.protocol.broker_version_data import BrokerVersionData
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.parser import KafkaProtocol
@@ -237,6 +240,14 @@ class WireTransport:
     close = abort
 
 
+@pytest.fixture
+def net():
+    """kafka-python's event loop, closed after the test."""
+    selector = NetworkSelector()
+    yield selector
+    selector.close()
+
+
 def authenticated_connection(net, *, age_s: float, timer_in_s: float) -> KafkaConnection:
     """A connected kafka-python connection whose 10 s SASL session began ``age_s`` ago by the
     connector's clock, with kafka-python's re-authentication timer due in ``timer_in_s``."""
@@ -253,8 +264,7 @@ def authenticated_connection(net, *, age_s: float, timer_in_s: float) -> KafkaCo
     return conn
 
 
-def test_kafka_pythons_own_metadata_refresh_reauthenticates_first_when_due():
-    net = NetworkSelector()
+def test_kafka_pythons_own_metadata_refresh_reauthenticates_first_when_due(net):
     manager = ConnectionManager(net, bootstrap_servers="127.0.0.1:9093",
                                 security_protocol="SASL_SSL", sasl_mechanism="PLAIN")
     try:
@@ -270,49 +280,40 @@ def test_kafka_pythons_own_metadata_refresh_reauthenticates_first_when_due():
         assert not refresh.is_done
     finally:
         manager.close()
-        net.close()
 
 
-def test_a_request_on_a_connection_whose_session_is_young_goes_out_at_once():
-    net = NetworkSelector()
-    try:
-        conn = authenticated_connection(net, age_s=1.0, timer_in_s=7.5)
-        conn.send_request(MetadataRequest(topics=[]))
-        assert conn.transport.api_keys == [METADATA]
-        assert not conn._reauth.is_reauthenticating
-    finally:
-        net.close()
+def test_a_request_on_a_connection_whose_session_is_young_goes_out_at_once(net):
+    conn = authenticated_connection(net, age_s=1.0, timer_in_s=7.5)
+    conn.send_request(MetadataRequest(topics=[]))
+    assert conn.transport.api_keys == [METADATA]
+    assert not conn._reauth.is_reauthenticating
 
 
-def test_any_request_sent_when_the_session_is_due_waits_for_the_reauthentication():
+def test_any_request_sent_when_the_session_is_due_waits_for_the_reauthentication(net):
     """The connection itself checks, whoever sends: the request is held at once, before the
     event loop has run the re-authentication, and goes out after it."""
-    net = NetworkSelector()
-    try:
-        conn = authenticated_connection(net, age_s=8.5, timer_in_s=3.0)
-        conn.send_request(MetadataRequest(topics=[]))
-        assert conn.transport.api_keys == []           # held
-        assert conn._reauth.is_reauthenticating
-        net.poll(timeout_ms=0)
-        assert conn.transport.api_keys == [SASL_HANDSHAKE]
-        conn.send_request(MetadataRequest(topics=[]))  # still held: no second exchange
-        net.poll(timeout_ms=0)
-        assert conn.transport.api_keys == [SASL_HANDSHAKE]
+    conn = authenticated_connection(net, age_s=8.5, timer_in_s=3.0)
+    conn.send_request(MetadataRequest(topics=[]))
+    assert conn.transport.api_keys == []           # held
+    assert conn._reauth.is_reauthenticating
+    net.poll(timeout_ms=0)
+    assert conn.transport.api_keys == [SASL_HANDSHAKE]
+    conn.send_request(MetadataRequest(topics=[]))  # still held: no second exchange
+    net.poll(timeout_ms=0)
+    assert conn.transport.api_keys == [SASL_HANDSHAKE]
 
-        answer(net, conn, SaslHandshakeResponse, error_code=0, mechanisms=["PLAIN"])
-        assert conn.transport.api_keys == [SASL_HANDSHAKE, SASL_AUTHENTICATE]
-        answer(net, conn, SaslAuthenticateResponse, error_code=0, error_message=None,
-               auth_bytes=b"", session_lifetime_ms=10_000)
-        # re-authenticated: the held requests go out, and the session starts again; the second
-        # only once the first is answered (its 30 s timeout is past this 10 s session's end)
-        assert conn.transport.api_keys == [SASL_HANDSHAKE, SASL_AUTHENTICATE, METADATA]
-        assert not conn._reauth.is_reauthenticating
-        assert not reauthentication_due(conn)
-        assert time.monotonic() - session_clock(conn).began < 1
-        answer(net, conn, MetadataResponse)
-        assert conn.transport.api_keys == [SASL_HANDSHAKE, SASL_AUTHENTICATE, METADATA, METADATA]
-    finally:
-        net.close()
+    answer(net, conn, SaslHandshakeResponse, error_code=0, mechanisms=["PLAIN"])
+    assert conn.transport.api_keys == [SASL_HANDSHAKE, SASL_AUTHENTICATE]
+    answer(net, conn, SaslAuthenticateResponse, error_code=0, error_message=None,
+           auth_bytes=b"", session_lifetime_ms=10_000)
+    # re-authenticated: the held requests go out, and the session starts again; the second
+    # only once the first is answered (its 30 s timeout is past this 10 s session's end)
+    assert conn.transport.api_keys == [SASL_HANDSHAKE, SASL_AUTHENTICATE, METADATA]
+    assert not conn._reauth.is_reauthenticating
+    assert not reauthentication_due(conn)
+    assert time.monotonic() - session_clock(conn).began < 1
+    answer(net, conn, MetadataResponse)
+    assert conn.transport.api_keys == [SASL_HANDSHAKE, SASL_AUTHENTICATE, METADATA, METADATA]
 
 
 def answer(net, conn, response_class, **fields) -> None:
@@ -335,95 +336,74 @@ def answer(net, conn, response_class, **fields) -> None:
 # answers come, each checked again then.
 
 
-def test_a_request_behind_one_that_may_be_answered_late_is_held_until_the_answer():
-    net = NetworkSelector()
-    try:
-        # 2 s into a 10 s session: nothing due, but the first request may take its 30 s
-        conn = authenticated_connection(net, age_s=2.0, timer_in_s=7.0)
-        first = conn.send_request(MetadataRequest(topics=[]))
-        assert read_late(conn)
-        second = conn.send_request(MetadataRequest(topics=[]))
-        third = conn.send_request(MetadataRequest(topics=[]))
-        assert conn.transport.api_keys == [METADATA]            # the others held, in order
-        assert len(conn._request_buffer) == 2
-        answer(net, conn, MetadataResponse)
-        assert first.succeeded()
-        assert conn.transport.api_keys == [METADATA, METADATA]   # one more, behind nothing
-        answer(net, conn, MetadataResponse)
-        assert second.succeeded()
-        assert conn.transport.api_keys == [METADATA] * 3
-        answer(net, conn, MetadataResponse)
-        assert third.succeeded() and not conn._request_buffer
-    finally:
-        net.close()
+def test_a_request_behind_one_that_may_be_answered_late_is_held_until_the_answer(net):
+    # 2 s into a 10 s session: nothing due, but the first request may take its 30 s
+    conn = authenticated_connection(net, age_s=2.0, timer_in_s=7.0)
+    first = conn.send_request(MetadataRequest(topics=[]))
+    assert read_late(conn)
+    second = conn.send_request(MetadataRequest(topics=[]))
+    third = conn.send_request(MetadataRequest(topics=[]))
+    assert conn.transport.api_keys == [METADATA]            # the others held, in order
+    assert len(conn._request_buffer) == 2
+    answer(net, conn, MetadataResponse)
+    assert first.succeeded()
+    assert conn.transport.api_keys == [METADATA, METADATA]   # one more, behind nothing
+    answer(net, conn, MetadataResponse)
+    assert second.succeeded()
+    assert conn.transport.api_keys == [METADATA] * 3
+    answer(net, conn, MetadataResponse)
+    assert third.succeeded() and not conn._request_buffer
 
 
-def test_a_held_request_reauthenticates_first_when_the_answer_came_late():
+def test_a_held_request_reauthenticates_first_when_the_answer_came_late(net):
     """The answer to the request in front came when the session was due: the held request is
     checked again as it would go out, and waits for the re-authentication."""
-    net = NetworkSelector()
-    try:
-        conn = authenticated_connection(net, age_s=2.0, timer_in_s=7.0)
-        conn.send_request(MetadataRequest(topics=[]))
-        held = conn.send_request(MetadataRequest(topics=[]))
-        session_clock(conn).began -= 6.0                         # the answer, 6 s later
-        answer(net, conn, MetadataResponse)
-        assert conn.transport.api_keys == [METADATA, SASL_HANDSHAKE]
-        assert not held.is_done
-        answer(net, conn, SaslHandshakeResponse, error_code=0, mechanisms=["PLAIN"])
-        answer(net, conn, SaslAuthenticateResponse, error_code=0, error_message=None,
-               auth_bytes=b"", session_lifetime_ms=10_000)
-        assert conn.transport.api_keys == [METADATA, SASL_HANDSHAKE, SASL_AUTHENTICATE, METADATA]
-        answer(net, conn, MetadataResponse)
-        assert held.succeeded()
-    finally:
-        net.close()
+    conn = authenticated_connection(net, age_s=2.0, timer_in_s=7.0)
+    conn.send_request(MetadataRequest(topics=[]))
+    held = conn.send_request(MetadataRequest(topics=[]))
+    session_clock(conn).began -= 6.0                         # the answer, 6 s later
+    answer(net, conn, MetadataResponse)
+    assert conn.transport.api_keys == [METADATA, SASL_HANDSHAKE]
+    assert not held.is_done
+    answer(net, conn, SaslHandshakeResponse, error_code=0, mechanisms=["PLAIN"])
+    answer(net, conn, SaslAuthenticateResponse, error_code=0, error_message=None,
+           auth_bytes=b"", session_lifetime_ms=10_000)
+    assert conn.transport.api_keys == [METADATA, SASL_HANDSHAKE, SASL_AUTHENTICATE, METADATA]
+    answer(net, conn, MetadataResponse)
+    assert held.succeeded()
 
 
-def test_requests_are_pipelined_when_every_answer_is_due_in_time():
-    net = NetworkSelector()
-    try:
-        # a young session and requests whose timeouts end long before it is due
-        conn = authenticated_connection(net, age_s=1.0, timer_in_s=8.0)
-        for _ in range(3):
-            conn.send_request(MetadataRequest(topics=[]), request_timeout_ms=1000)
-        assert conn.transport.api_keys == [METADATA] * 3
-        assert not read_late(conn)
-        # sessions that never end: never held, whatever the timeouts
-        endless = authenticated_connection(net, age_s=1.0, timer_in_s=8.0)
-        endless._reauth.session_lifetime_ms = 0
-        for _ in range(3):
-            endless.send_request(MetadataRequest(topics=[]))
-        assert endless.transport.api_keys == [METADATA] * 3
-    finally:
-        net.close()
+def test_requests_are_pipelined_when_every_answer_is_due_in_time(net):
+    # a young session and requests whose timeouts end long before it is due
+    conn = authenticated_connection(net, age_s=1.0, timer_in_s=8.0)
+    for _ in range(3):
+        conn.send_request(MetadataRequest(topics=[]), request_timeout_ms=1000)
+    assert conn.transport.api_keys == [METADATA] * 3
+    assert not read_late(conn)
+    # sessions that never end: never held, whatever the timeouts
+    endless = authenticated_connection(net, age_s=1.0, timer_in_s=8.0)
+    endless._reauth.session_lifetime_ms = 0
+    for _ in range(3):
+        endless.send_request(MetadataRequest(topics=[]))
+    assert endless.transport.api_keys == [METADATA] * 3
 
 
-def test_held_requests_fail_with_the_connection():
-    net = NetworkSelector()
-    try:
-        conn = authenticated_connection(net, age_s=2.0, timer_in_s=7.0)
-        first = conn.send_request(MetadataRequest(topics=[]))
-        held = conn.send_request(MetadataRequest(topics=[]))
-        conn.close(RuntimeError("lost"))
-        for _ in range(3):
-            net.poll(timeout_ms=0)
-        assert first.failed() and held.failed()
-        assert conn.transport is None or conn.transport.api_keys == [METADATA]
-    finally:
-        net.close()
+def test_held_requests_fail_with_the_connection(net):
+    conn = authenticated_connection(net, age_s=2.0, timer_in_s=7.0)
+    first = conn.send_request(MetadataRequest(topics=[]))
+    held = conn.send_request(MetadataRequest(topics=[]))
+    assert conn.transport.api_keys == [METADATA]                 # the second never written
+    conn.close(RuntimeError("lost"))
+    for _ in range(3):
+        net.poll(timeout_ms=0)
+    assert first.failed() and held.failed()
 
 
-def test_a_request_is_handed_to_the_socket_at_once_not_at_the_next_poll():
+def test_a_request_is_handed_to_the_socket_at_once_not_at_the_next_poll(net):
     """kafka-python's transport queues a request's bytes for a task of its event loop. A
     process that stops polling right after (a Python worker idle between tasks, with the sink's
     client in it) left them queued for as long: the request was checked in the session but
     read by the broker after its end. On a real socket, no poll in between."""
-    import socket
-
-    from kafka.net.transport import KafkaTCPTransport
-
-    net = NetworkSelector()
     ours, brokers = socket.socketpair()
     try:
         ours.setblocking(False)
@@ -437,4 +417,3 @@ def test_a_request_is_handed_to_the_socket_at_once_not_at_the_next_poll():
         assert not conn.transport._write_buffer
     finally:
         brokers.close()
-        net.close()
