@@ -77,27 +77,27 @@ class KafkaDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         from .read.batch import KafkaBatchReader
 
-        return KafkaBatchReader(self._with_formats(parse_batch_options(self.options)),
-                                parallelism=self.default_parallelism)
+        return _built(KafkaBatchReader(self._with_formats(parse_batch_options(self.options)),
+                                       parallelism=self.default_parallelism))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from .read.stream import KafkaStreamReader
 
         options = parse_stream_options(self.options)
         options = dataclasses.replace(options, source=self._with_formats(options.source))
-        return KafkaStreamReader(options, parallelism=self.default_parallelism)
+        return _built(KafkaStreamReader(options, parallelism=self.default_parallelism))
 
     def writer(self, schema: StructType, overwrite: bool):
         """``df.write.format("pykafka").mode("append")``: see :mod:`kafka_source.write`."""
         from .write.writer import make_writer
 
-        return make_writer(self.options, schema, overwrite, streaming=False)
+        return _built(make_writer(self.options, schema, overwrite, streaming=False))
 
     def streamWriter(self, schema: StructType, overwrite: bool):
         """``df.writeStream.format("pykafka")``: see :mod:`kafka_source.write`."""
         from .write.writer import make_writer
 
-        return make_writer(self.options, schema, overwrite, streaming=True)
+        return _built(make_writer(self.options, schema, overwrite, streaming=True))
 
 
 def _topics_of(opts) -> list[str] | None:
@@ -110,6 +110,16 @@ def _topics_of(opts) -> list[str] | None:
     if sub.kind == "assign":
         return sorted({topic for topic, _ in sub.assignment})
     return None
+
+
+def _built(obj):
+    """``obj``, a reader or writer just built in the process that will use it: in Spark's
+    planning workers, which the daemon collects after every call, freeze the heap now that the
+    job's modules are imported (:func:`kafka_source.worker_heap.prepare`)."""
+    from .worker_heap import prepare
+
+    prepare()
+    return obj
 
 
 def _keep_zip_directories() -> None:

@@ -28,7 +28,7 @@ import ipaddress
 import os
 import socket
 
-from .worker_heap import prepare_once
+from .worker_heap import prepare
 from .worker_imports import keep_zip_directories
 
 _QUICKACK = getattr(socket, "TCP_QUICKACK", None)
@@ -74,13 +74,13 @@ def _loopback(host: str) -> bool:
 
 class AcksJvmOnUnpickle:
     """Mixin for the objects Spark pickles into each task's command (readers, writers): once
-    unpickled in the worker, acknowledge the JVM's command at once (:func:`ack_jvm_now`), and
-    the first time in the process freeze the heap it started with and pin the allocator's
-    thresholds (:func:`kafka_source.worker_heap.prepare_once`), and keep the zip archives'
+    unpickled in the worker, acknowledge the JVM's command at once (:func:`ack_jvm_now`),
+    freeze the heap where the process imported modules since it last did and pin the
+    allocator's thresholds once (:func:`kafka_source.worker_heap.prepare`), and keep the zip archives'
     directories across the next tasks (:func:`kafka_source.worker_imports.keep_zip_directories`)."""
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         ack_jvm_now()
-        prepare_once()
+        prepare()
         keep_zip_directories()

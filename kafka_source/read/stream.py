@@ -119,6 +119,7 @@ from ..spark_features import (ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinR
                               SupportsTriggerAvailableNow)
 from .planning import plan_input_partitions
 from .truncation import TruncationCheck
+from ..worker_heap import prepare
 from ..worker_socket import AcksJvmOnUnpickle
 
 log = logging.getLogger(__name__)
@@ -144,7 +145,10 @@ def decode_offsets(value: Mapping | None) -> Offsets:
 
 def _planning_call(method):
     """A planning method of :class:`KafkaStreamReader`: whether it gave up on reaching Kafka is
-    remembered for ``stop()`` (module docstring, "Leaving when the query fails ...")."""
+    remembered for ``stop()`` (module docstring, "Leaving when the query fails ..."). The
+    first calls import the group's and the client's modules: in Spark's streaming source
+    process those are frozen with the rest of its heap (:func:`kafka_source.worker_heap.prepare`;
+    a dictionary's length once nothing new is imported)."""
     @functools.wraps(method)
     def call(self, *args, **kwargs):
         try:
@@ -153,6 +157,7 @@ def _planning_call(method):
             self._unreachable = True
             raise
         self._unreachable = False
+        prepare()
         return result
     return call
 

@@ -28,6 +28,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter
 from ..config.sink_options import SinkOptions, parse_sink_options
 from ..errors import OptionError
 from ..spark_features import StreamArrowWriter
+from ..worker_heap import prepare
 from ..worker_socket import AcksJvmOnUnpickle
 from .columns import Columns, check_schema
 
@@ -171,6 +172,7 @@ class KafkaBatchWriter(AcksJvmOnUnpickle, DataSourceArrowWriter):
 
     def commit(self, messages) -> None:
         _log_totals(messages, "Kafka write committed")
+        prepare()
 
     def abort(self, messages) -> None:
         # Records are visible as soon as they are acknowledged: there is nothing to take back.
@@ -212,6 +214,7 @@ class KafkaStreamWriter(AcksJvmOnUnpickle, *StreamArrowWriter):
 
             commit_batch(self.options, messages, batchId)
         _log_totals(messages, f"Kafka micro-batch {batchId} committed")
+        prepare()     # Spark's commit worker, reused: freeze what the commit imported
 
     def abort(self, messages, batchId: int) -> None:
         if self.options.exactly_once:

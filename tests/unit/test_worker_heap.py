@@ -1,5 +1,6 @@
-"""kafka_source.worker_heap: the first reader or writer unpickled in a reused Spark worker
-freezes the heap the worker started with, so PySpark's gc.collect() after each task skips it;
+"""kafka_source.worker_heap: the first reader or writer unpickled in a reused Spark worker, or
+built by the data source in one of Spark's planning workers, freezes the heap, so PySpark's
+gc.collect() after each call skips it (again only after new imports, collecting first);
 in any Spark worker on glibc it pins the allocator's thresholds, so a decoder's freed chunk
 buffers are reused instead of being given back to the kernel and faulted in again.
 
@@ -102,6 +103,85 @@ def test_the_drivers_streaming_source_runner_freezes_its_heap_too(main, spark_wo
     seen = in_fresh_interpreter(script, env)
     assert seen["before"] == 0
     assert (seen["first"] > 10_000) is frozen
+
+
+_PLANNING_PROBE = textwrap.dedent("""
+    import gc, json, pickle, sys, types
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+    from kafka_source.datasource import KafkaDataSource
+
+    case = json.loads(CASE)
+    if case["main"]:                              # as `python -m <module>` makes __main__
+        main = types.ModuleType("__main__")
+        main.__spec__ = types.SimpleNamespace(name=case["main"])
+        sys.modules["__main__"] = main
+    ds = KafkaDataSource({"kafka.bootstrap.servers": "localhost:9092", "subscribe": "t"})
+    schema = StructType([StructField("topic", StringType()), StructField("value", BinaryType())])
+    job = pickle.dumps(ds)                        # what Spark sends the worker for each call
+    counts = [gc.get_freeze_count()]
+    for _ in range(2):                            # two calls to the same reused worker
+        getattr(pickle.loads(job), case["method"])(schema, *case["args"])
+        counts.append(gc.get_freeze_count())
+    print(json.dumps({"counts": counts}))
+""")
+
+_REUSED = {"SPARK_REUSE_WORKER": "1"}
+
+
+@pytest.mark.parametrize("method, args, main, env, frozen", [
+    # pyspark.sql.worker.write_into_data_source: the stream writer, again every micro-batch;
+    # python_streaming_sink_runner: the same, for the batch's commit
+    ("streamWriter", [False], None, _REUSED, True),
+    ("writer", [False], None, _REUSED, True),
+    # pyspark.sql.worker.plan_data_source_read: a batch read's reader
+    ("reader", [], None, _REUSED, True),
+    # the driver's streaming source process builds its reader, never unpickles one
+    ("streamReader", [], worker_heap.STREAMING_SOURCE_RUNNER,
+     {worker_heap._SPARK_WORKER_VAR: "secret"}, True),
+    # the user's own driver process
+    ("streamWriter", [False], None, {}, False),
+    ("streamReader", [], None, {}, False),
+])
+def test_the_planning_workers_freeze_once_the_data_source_built_their_object(
+        method, args, main, env, frozen):
+    """Spark's planning workers unpickle the data source and call it: the daemon collects after
+    every call (the stream writer is built for every micro-batch), so the object the data
+    source builds freezes the heap, once."""
+    case = json.dumps({"method": method, "args": args, "main": main})
+    script = _PLANNING_PROBE.replace("CASE", repr(case))
+    before, first, second = in_fresh_interpreter(script, env)["counts"]
+    assert before == 0
+    if frozen:
+        assert first > 10_000                     # pyspark, pyarrow, this package ...
+        assert second == first                    # nothing new imported: not again
+    else:
+        assert first == second == 0
+
+
+_REFREEZE_PROBE = textwrap.dedent("""
+    import gc, json, pickle, sys, weakref
+    from kafka_source.config.options import parse_batch_options
+    from kafka_source.read.batch import KafkaBatchReader
+
+    reader = KafkaBatchReader(parse_batch_options({
+        "kafka.bootstrap.servers": "localhost:9092", "subscribe": "t"}))
+    job = pickle.dumps(reader)
+    pickle.loads(job)                             # the first task freezes
+    first = gc.get_freeze_count()
+    class Cycle:                                  # a task's garbage, waiting for a collection
+        pass
+    c = Cycle(); c.me = c; gone = weakref.ref(c); del c
+    import xml.dom.minidom                        # a module first imported by a later task
+    pickle.loads(job)                             # the next task
+    print(json.dumps({"first": first, "second": gc.get_freeze_count(),
+                      "garbage_collected": gone() is None}))
+""")
+
+
+def test_new_imports_are_frozen_at_the_next_task_and_garbage_never_is():
+    seen = in_fresh_interpreter(_REFREEZE_PROBE, {"SPARK_REUSE_WORKER": "1"})
+    assert seen["second"] > seen["first"] > 10_000
+    assert seen["garbage_collected"]              # collected before the second freeze
 
 
 # -- the allocator's thresholds ---------------------------------------------------------------
