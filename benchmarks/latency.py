@@ -23,7 +23,8 @@ LogAppendTime in the output topic minus its send time; records sent during the w
 counted. Reported per point: p50, p99, p99.9 and max latency, records counted and missing, and
 from Spark's progress reports the median trigger and its steps (``latestOffset``,
 ``queryPlanning``, ``walCommit``, ``addBatch`` -- where the tasks read and write --,
-``commitOffsets``) with the rows per trigger: where a record waits. ``--json`` writes it all.
+``commitOffsets``) with the rows per trigger: where a record waits; and each step's 95th
+percentile, where the tail comes from. ``--json`` writes it all.
 """
 
 from __future__ import annotations
@@ -214,19 +215,29 @@ def run_point(reader: str, bootstrap: str, rate: int, trigger_ms: int, args, n: 
     row.update(figures, sent=sent, arrived=len(output.arrivals),
                missing=sent - len({decode_value(v)[1] for _, v in output.arrivals}),
                error=result.get("error"))
-    triggers = [p for p in result["progress"] if p["rows"] > 0]
-    row["triggers"] = len(triggers)
-    if triggers:
-        row["rows_per_trigger"] = statistics.median(p["rows"] for p in triggers)
-        for step in STEPS:
-            row[f"{step}_ms"] = statistics.median(p["durationMs"].get(step, 0) for p in triggers)
+    row.update(step_figures(result["progress"]))
     return row
+
+
+def step_figures(progress: list[dict]) -> dict:
+    """From the query's progress reports ({"rows", "durationMs"}), over the triggers that read
+    rows: their count, the median rows, and each step's median (``<step>_ms``) and 95th
+    percentile (``<step>_p95_ms``, nearest rank): a latency's tail follows the long triggers."""
+    triggers = [p for p in progress if p["rows"] > 0]
+    out: dict = {"triggers": len(triggers)}
+    if triggers:
+        out["rows_per_trigger"] = statistics.median(p["rows"] for p in triggers)
+        for step in STEPS:
+            values = [p["durationMs"].get(step, 0) for p in triggers]
+            out[f"{step}_ms"] = statistics.median(values)
+            out[f"{step}_p95_ms"] = percentile(values, 0.95)
+    return out
 
 
 def print_table(rows: list[dict]) -> None:
     head = ("rate", "trigger", "reader", "p50", "p99", "p99.9", "max", "records", "missing",
             "dup", "trigger ms", "latestOffset", "planning", "walCommit", "addBatch", "commit",
-            "rows/trigger")
+            "rows/trigger", "trigger p95", "addBatch p95")
     print(" | ".join(head))
     for r in rows:
         if r.get("error") and not r.get("records"):
@@ -237,6 +248,7 @@ def print_table(rows: list[dict]) -> None:
                   ("p50_ms", "p99_ms", "p999_ms", "max_ms")]
         cells += [r.get("records"), r.get("missing"), r.get("duplicates")]
         cells += [r.get(f"{s}_ms") for s in STEPS] + [r.get("rows_per_trigger")]
+        cells += [r.get("triggerExecution_p95_ms"), r.get("addBatch_p95_ms")]
         print(" | ".join(str(c) for c in cells))
 
 

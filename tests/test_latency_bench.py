@@ -41,3 +41,18 @@ def test_latency_is_log_append_time_minus_send_time_after_the_warmup():
     assert figures["p50_ms"] == pytest.approx(30)
     assert figures["max_ms"] == pytest.approx(100)
     assert figures["mean_ms"] == pytest.approx(140 / 3)
+
+
+def test_steps_are_taken_from_the_triggers_that_read_rows_with_their_tail():
+    def report(rows, trigger, add):
+        return {"rows": rows, "durationMs": {"triggerExecution": trigger, "addBatch": add}}
+
+    progress = [report(0, 5_000, 0)]                       # an empty trigger: not counted
+    progress += [report(100, 200 + i, 80 + i) for i in range(19)] + [report(100, 900, 700)]
+    figures = latency.step_figures(progress)
+    assert figures["triggers"] == 20 and figures["rows_per_trigger"] == 100
+    assert figures["triggerExecution_ms"] == pytest.approx(209.5)
+    assert figures["triggerExecution_p95_ms"] == 218           # 19th of 20 by nearest rank
+    assert figures["addBatch_p95_ms"] == 98
+    assert figures["walCommit_ms"] == 0                        # a step Spark did not report
+    assert latency.step_figures([progress[0]]) == {"triggers": 0}
