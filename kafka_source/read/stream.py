@@ -129,10 +129,23 @@ Offsets = dict[TopicPartition, int]
 
 def encode_offsets(offsets: Mapping[TopicPartition, int]) -> dict:
     """Spark's Kafka offset JSON (as a dict): topics and partitions in a stable order."""
-    result: dict[str, dict[str, int]] = {}
-    for (topic, partition), offset in sorted(offsets.items()):
-        result.setdefault(topic, {})[str(partition)] = int(offset)
-    return result
+    return _encode(offsets)[0]
+
+
+def _encode(offsets: Mapping[TopicPartition, int]) -> tuple[dict, Offsets]:
+    """:func:`encode_offsets`, and what :func:`decode_offsets` makes of it, in one pass that
+    makes no tuple (at 10,000 partitions each made one is work for Python's collector)."""
+    encoded: dict[str, dict[str, int]] = {}
+    decoded: Offsets = {}
+    topic_now, parts = None, {}
+    for tp in sorted(offsets):            # the keys in order: topics, then partition numbers
+        topic, partition = tp
+        offset = int(offsets[tp])
+        if topic != topic_now:
+            topic_now, parts = topic, encoded.setdefault(topic, {})
+        parts[str(partition)] = offset
+        decoded[tp] = offset
+    return encoded, decoded
 
 
 def decode_offsets(value: Mapping | None) -> Offsets:
@@ -141,6 +154,36 @@ def decode_offsets(value: Mapping | None) -> Offsets:
         for partition, offset in parts.items():
             result[(topic, int(partition))] = int(offset)
     return result
+
+
+class OffsetsJson:
+    """One stream reader's offsets to and from Spark's JSON, remembering the last few it wrote.
+
+    Spark hands the reader back what it returned: a trigger's end comes back as the next
+    ``latestOffset``'s start, twice in ``partitions`` and once in ``commit``, each time parsed
+    anew from the offset log's JSON. Over 10,000 partitions decoding one takes about 5 ms of
+    Python, comparing it with one written here well under 1 ms (a dict comparison, in C), so a
+    value equal to one of the last few written is taken from here; anything else (a checkpoint
+    written by an earlier run) is decoded."""
+
+    KEEP = 4
+
+    def __init__(self) -> None:
+        self._recent: list[tuple[dict, Offsets]] = []     # (encoded, decoded), newest last
+
+    def encode(self, offsets: Mapping[TopicPartition, int]) -> dict:
+        encoded, decoded = _encode(offsets)
+        # A copy of its own: the caller may change what it got back.
+        self._recent.append(({topic: dict(parts) for topic, parts in encoded.items()}, decoded))
+        del self._recent[:-self.KEEP]
+        return encoded
+
+    def decode(self, value: Mapping | None) -> Offsets:
+        if value:
+            for encoded, decoded in reversed(self._recent):
+                if encoded == value:
+                    return dict(decoded)
+        return decode_offsets(value)
 
 
 def _planning_call(method):
@@ -198,6 +241,7 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         self._listed: dict[TopicPartition, tuple[int, int]] = {}
         self._target_listed: dict[TopicPartition, tuple[int, int]] = {}
         self._truncation = TruncationCheck()
+        self._json = OffsetsJson()       # the offsets Spark gets and hands back
         self._unreachable = False    # the last planning call gave up on reaching Kafka
         # PySpark without admission control (4.0, 4.1; module docstring, "PySpark 4.0 and
         # 4.1"): the start of the next batch (the end of the last batch Spark planned, or where
@@ -247,7 +291,7 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
     def initialOffset(self) -> dict:
         if self._initial is not None:
             # PySpark 4.0/4.1 ask after their first latestOffset(), which already started here.
-            return encode_offsets(self._initial)
+            return self._json.encode(self._initial)
         partitions = self._current_partitions(strict=True)
         owned = self._assignment(partitions)
         src = self.options.source
@@ -265,7 +309,7 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         self._planned = True
         log.info("Query starts at %s (startingOffsets=%s, group '%s')",
                  encode_offsets(positions), spec.kind, self.options.group.group_id)
-        return encode_offsets(positions)
+        return self._json.encode(positions)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger is not None:
@@ -294,16 +338,16 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
     def _latest_offset_on_its_own(self) -> dict:
         self._on_its_own = True
         if self._own_start is not None:
-            start = encode_offsets(self._own_start)
+            start = self._json.encode(self._own_start)
         elif self._initial is not None:
-            start = encode_offsets(self._initial)
+            start = self._json.encode(self._initial)
         else:
             start = self.initialOffset()      # a new query: Spark asks initialOffset() next
         end = self._latest_offset(start, self.getDefaultReadLimit())
-        self._returned = decode_offsets(end)
+        self._returned = self._json.decode(end)
         left = sum(max(0, self._latest.get(tp, off) - off)
                    for tp, off in self._returned.items()) if self._latest else 0
-        held = self._returned == decode_offsets(start)
+        held = self._returned == self._json.decode(start)
         self._capped = (None if not left else
                         f"{left} record(s) beyond this micro-batch's end offsets were not "
                         "admitted ("
@@ -313,7 +357,7 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         return end
 
     def _latest_offset(self, start: dict, limit: ReadLimit) -> dict:
-        start_pos = decode_offsets(start)
+        start_pos = self._json.decode(start)
         if not self._planned:
             # Restored from a checkpoint (module docstring): the partitions known before are
             # the checkpoint's, even if prepareForTriggerAvailableNow saw the metadata first.
@@ -340,7 +384,8 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
             partitions = self._current_partitions(strict=False)
             # Positions in a topic created again since: not the new topic's, never committed
             recreated = self._recreated(start_pos)
-            start_pos = {tp: off for tp, off in start_pos.items() if tp not in recreated}
+            if recreated:
+                start_pos = {tp: off for tp, off in start_pos.items() if tp not in recreated}
             if member.stable:
                 self._commit_completed(start_pos)  # before a rebalance can take partitions away
             self._check_vanished(start_pos, partitions)
@@ -378,9 +423,11 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
                                              retries=planning_retries(src))
             adopted.update({tp: off for tp, off in rewound.items() if tp in adopted})
             self._latest = {**latest, **adopted}
-            admitted = {tp: off for tp, off in kept.items() if tp not in rewound}
-            end = self._admit(admitted, self._check_latest(
-                admitted, {tp: off for tp, off in latest.items() if tp not in rewound}), limit)
+            admitted, unrewound = kept, latest
+            if rewound:
+                admitted = {tp: off for tp, off in kept.items() if tp not in rewound}
+                unrewound = {tp: off for tp, off in latest.items() if tp not in rewound}
+            end = self._admit(admitted, self._check_latest(admitted, unrewound), limit)
             end.update({tp: off for tp, off in rewound.items() if tp in kept})
             end.update(adopted)
             self._truncation.note(end, self._listed)
@@ -394,17 +441,18 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
                      self.options.group.group_id)
             member.leave("Trigger.AvailableNow finished")
             self._previous = None
-        return encode_offsets(end)
+        return self._json.encode(end)
 
     def reportLatestOffset(self) -> dict | None:
-        return None if self._latest is None else encode_offsets(self._latest)
+        return None if self._latest is None else self._json.encode(self._latest)
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        start_pos, end_pos = decode_offsets(start), decode_offsets(end)
+        start_pos, end_pos = self._json.decode(start), self._json.decode(end)
         if not self._planned_by_spark(start_pos, end_pos):
             return []
         ranges = []
-        for tp, until in sorted(end_pos.items()):
+        for tp in sorted(end_pos):          # keys only: no (partition, offset) pair to collect
+            until = end_pos[tp]
             begin = start_pos.get(tp, until)   # not in start: adopted with an empty range
             if until > begin:
                 # The executors' check of the range against a truncated log (.truncation).
@@ -453,7 +501,7 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
     @_planning_call
     def commit(self, end: dict) -> None:
         # Spark says batches up to ``end`` are done; latestOffset normally committed them already.
-        self._commit_completed(decode_offsets(end))
+        self._commit_completed(self._json.decode(end))
 
     def stop(self) -> None:
         # Nothing is committed here: the last planned batch may not have completed.
@@ -528,9 +576,15 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
                     del self._replaced[tp]
             completed = {tp: off for tp, off in completed.items()
                          if self._replaced.get(tp) != off}
-        todo = {tp: off for tp, off in self._trusted(completed, self.member.assignment,
+        # Only what changed since this process last committed it: over thousands of partitions
+        # a trickle moves a few per trigger, and this runs twice a trigger.
+        committed = self._committed.get
+        changed = {tp: off for tp, off in completed.items() if committed(tp) != off}
+        if not changed:
+            return
+        todo = {tp: off for tp, off in self._trusted(changed, self.member.assignment,
                                                       previous).items()
-                if self._committed.get(tp) != off and off >= self._floor.get(tp, off)}
+                if off >= self._floor.get(tp, off)}
         if not todo:
             return
         self._committed.update(todo)
@@ -599,9 +653,12 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         trusted -- or, at the first trigger after a restart, of every owned one (the
         checkpoint's). A partition that came back after another member had it is not among
         them, nor is any partition after the member was fenced: its offset is stale."""
-        owned = set(owned)
-        return {tp: off for tp, off in offsets.items()
-                if tp in owned and (previous is None or tp in previous)}
+        keep = offsets.keys() & (owned if isinstance(owned, (set, frozenset)) else set(owned))
+        if previous is not None:
+            keep &= previous
+        if len(keep) == len(offsets):
+            return dict(offsets)           # the usual case, without a lookup per partition
+        return {tp: off for tp, off in offsets.items() if tp in keep}
 
     def _adopt(self, partitions: list[TopicPartition], *,
                new_partitions: bool) -> Offsets:
@@ -697,8 +754,7 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         return positions
 
     def _check_vanished(self, start: Offsets, partitions: list[TopicPartition]) -> None:
-        existing = set(partitions)
-        gone = sorted(tp for tp in start if tp not in existing)
+        gone = sorted(start.keys() - set(partitions))
         if gone:
             shown = ", ".join(f"{t}-{p}" for t, p in gone[:10])
             self._data_loss(f"Partitions {shown} no longer exist (topic deleted?); records not "

@@ -92,12 +92,17 @@ class TruncationCheck:
         listed with this trigger's latest offset (``listed``: tp -> (latest offset, epoch)).
         An end at or below that latest offset lies in the log of that epoch; one beyond it (a
         committed offset held back by open transactions) or without an epoch is not paired."""
+        marks, unlisted = self.marks, (-1, -1)
         for tp, end in ends.items():
-            latest, epoch = listed.get(tp, (-1, -1))
+            latest, epoch = listed.get(tp, unlisted)
             if epoch >= 0 and 0 <= end <= latest:
-                self.marks[tp] = (end, epoch)
+                mark = marks.get(tp)
+                # A new pair only where it changed: over thousands of partitions most stay,
+                # and every pair made is work for Python's collector.
+                if mark is None or mark[0] != end or mark[1] != epoch:
+                    marks[tp] = (end, epoch)
             else:
-                self.marks.pop(tp, None)
+                marks.pop(tp, None)
 
     def remember(self, tp: TopicPartition, offset: int, epoch: int) -> None:
         """Pair ``offset`` with ``epoch`` as if this process had planned it: a committed offset
