@@ -103,7 +103,7 @@ import logging
 import signal
 import threading
 import time
-from typing import Iterator, Mapping
+from typing import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -117,74 +117,13 @@ from .offsets import (OffsetRange, OffsetResolver, check_start_for_data_loss, on
 from ..config.options import StreamOptions
 from ..spark_features import (ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows,
                               SupportsTriggerAvailableNow)
+from .offset_json import Offsets, OffsetsJson, decode_offsets, encode_offsets
 from .planning import plan_input_partitions
 from .truncation import TruncationCheck
 from ..worker_heap import prepare
 from ..worker_socket import AcksJvmOnUnpickle
 
 log = logging.getLogger(__name__)
-
-Offsets = dict[TopicPartition, int]
-
-
-def encode_offsets(offsets: Mapping[TopicPartition, int]) -> dict:
-    """Spark's Kafka offset JSON (as a dict): topics and partitions in a stable order."""
-    return _encode(offsets)[0]
-
-
-def _encode(offsets: Mapping[TopicPartition, int]) -> tuple[dict, Offsets]:
-    """:func:`encode_offsets`, and what :func:`decode_offsets` makes of it, in one pass that
-    makes no tuple (at 10,000 partitions each made one is work for Python's collector)."""
-    encoded: dict[str, dict[str, int]] = {}
-    decoded: Offsets = {}
-    topic_now, parts = None, {}
-    for tp in sorted(offsets):            # the keys in order: topics, then partition numbers
-        topic, partition = tp
-        offset = int(offsets[tp])
-        if topic != topic_now:
-            topic_now, parts = topic, encoded.setdefault(topic, {})
-        parts[str(partition)] = offset
-        decoded[tp] = offset
-    return encoded, decoded
-
-
-def decode_offsets(value: Mapping | None) -> Offsets:
-    result: Offsets = {}
-    for topic, parts in (value or {}).items():
-        for partition, offset in parts.items():
-            result[(topic, int(partition))] = int(offset)
-    return result
-
-
-class OffsetsJson:
-    """One stream reader's offsets to and from Spark's JSON, remembering the last few it wrote.
-
-    Spark hands the reader back what it returned: a trigger's end comes back as the next
-    ``latestOffset``'s start, twice in ``partitions`` and once in ``commit``, each time parsed
-    anew from the offset log's JSON. Over 10,000 partitions decoding one takes about 5 ms of
-    Python, comparing it with one written here well under 1 ms (a dict comparison, in C), so a
-    value equal to one of the last few written is taken from here; anything else (a checkpoint
-    written by an earlier run) is decoded."""
-
-    KEEP = 4
-
-    def __init__(self) -> None:
-        self._recent: list[tuple[dict, Offsets]] = []     # (encoded, decoded), newest last
-
-    def encode(self, offsets: Mapping[TopicPartition, int]) -> dict:
-        encoded, decoded = _encode(offsets)
-        # A copy of its own: the caller may change what it got back.
-        self._recent.append(({topic: dict(parts) for topic, parts in encoded.items()}, decoded))
-        del self._recent[:-self.KEEP]
-        return encoded
-
-    def decode(self, value: Mapping | None) -> Offsets:
-        if value:
-            for encoded, decoded in reversed(self._recent):
-                if encoded == value:
-                    return dict(decoded)
-        return decode_offsets(value)
-
 
 def _planning_call(method):
     """A planning method of :class:`KafkaStreamReader`: whether it gave up on reaching Kafka is

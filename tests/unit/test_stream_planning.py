@@ -1766,48 +1766,6 @@ def test_stop_outside_the_planning_process_leaves_sigterm_alone():
     assert member.closed and signal.getsignal(signal.SIGTERM) is previous
 
 
-# --- offsets to and from Spark's JSON ------------------------------------------------------------
-
-def test_offsets_json_orders_topics_and_partitions_as_numbers():
-    offsets = {("b", 10): 5, ("a", 2): 1, ("b", 9): 4, ("a", 0): 0}
-    encoded = encode_offsets(offsets)
-    assert list(encoded) == ["a", "b"]
-    assert list(encoded["b"]) == ["9", "10"]          # 9 before 10: by number, not by text
-    assert json.dumps(encoded) == '{"a": {"0": 0, "2": 1}, "b": {"9": 4, "10": 5}}'
-    assert decode_offsets(json.loads(json.dumps(encoded))) == offsets
-
-
-def test_offsets_json_hands_back_what_it_wrote_without_decoding(monkeypatch):
-    codec = stream_module.OffsetsJson()
-    written = [{("t", p): 100 * n + p for p in range(50)} for n in range(6)]
-    texts = [json.dumps(codec.encode(offsets)) for offsets in written]
-    calls = []
-    real = stream_module.decode_offsets
-    monkeypatch.setattr(stream_module, "decode_offsets", lambda v: calls.append(v) or real(v))
-
-    # The last KEEP written come back from memory, equal to a decode and each a copy of its own.
-    for offsets, text in zip(written[-codec.KEEP:], texts[-codec.KEEP:]):
-        got = codec.decode(json.loads(text))
-        assert got == offsets and list(got) == sorted(offsets)
-        got[("t", 0)] = -1
-        assert codec.decode(json.loads(text)) == offsets
-    assert calls == []
-    # Older ones, and offsets never written here (a checkpoint of an earlier run), are decoded.
-    assert codec.decode(json.loads(texts[0])) == written[0]
-    other = {"t": {"0": 7, "3": 9}, "u": {"1": 2}}
-    assert codec.decode(other) == {("t", 0): 7, ("t", 3): 9, ("u", 1): 2}
-    assert len(calls) == 2
-    assert codec.decode(None) == {} and codec.decode({}) == {}
-
-
-def test_offsets_json_is_not_fooled_by_a_changed_return_value():
-    codec = stream_module.OffsetsJson()
-    returned = codec.encode({("t", 0): 5, ("t", 1): 6})
-    returned["t"]["0"] = 99                    # whoever got it changed it
-    assert codec.decode({"t": {"0": 99, "1": 6}}) == {("t", 0): 99, ("t", 1): 6}
-    assert codec.decode({"t": {"0": 5, "1": 6}}) == {("t", 0): 5, ("t", 1): 6}
-
-
 def test_only_partitions_whose_offsets_moved_are_committed():
     cluster = Cluster({("t", p): 10 for p in range(6)})
     member = FakeMember([("t", p) for p in range(6)])
