@@ -246,9 +246,10 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         self._lost_seen = self.member.generations_lost_at_assignment
         self._initial = dict(positions)
         self._planned = True
+        encoded = self._json.encode(positions)
         log.info("Query starts at %s (startingOffsets=%s, group '%s')",
-                 encode_offsets(positions), spec.kind, self.options.group.group_id)
-        return self._json.encode(positions)
+                 encoded, spec.kind, self.options.group.group_id)
+        return encoded
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger is not None:
@@ -592,7 +593,7 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         trusted -- or, at the first trigger after a restart, of every owned one (the
         checkpoint's). A partition that came back after another member had it is not among
         them, nor is any partition after the member was fenced: its offset is stale."""
-        keep = offsets.keys() & (owned if isinstance(owned, (set, frozenset)) else set(owned))
+        keep = offsets.keys() & owned                 # any iterable; the set is built in C
         if previous is not None:
             keep &= previous
         if len(keep) == len(offsets):

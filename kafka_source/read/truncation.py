@@ -92,9 +92,9 @@ class TruncationCheck:
         listed with this trigger's latest offset (``listed``: tp -> (latest offset, epoch)).
         An end at or below that latest offset lies in the log of that epoch; one beyond it (a
         committed offset held back by open transactions) or without an epoch is not paired."""
-        marks, unlisted = self.marks, (-1, -1)
+        marks = self.marks
         for tp, end in ends.items():
-            latest, epoch = listed.get(tp, unlisted)
+            latest, epoch = listed.get(tp, (-1, -1))
             if epoch >= 0 and 0 <= end <= latest:
                 mark = marks.get(tp)
                 # A new pair only where it changed: over thousands of partitions most stay,
