@@ -45,7 +45,6 @@ expression that names the marker (``pytest -m cluster``) or by naming a path und
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from pathlib import Path
 
@@ -291,9 +290,11 @@ def spark(request: pytest.FixtureRequest):
     ``local-cluster[2,1,1024]`` for executors in separate JVMs, so that nothing can rely on
     driver memory) with the ``pykafka`` Python data source registered."""
     # Spark's Python workers must be this interpreter, and must import kafka_source even when
-    # the package is not installed (they inherit the environment of the JVM started below).
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # the package is not installed (they inherit the environment of the JVM started below);
+    # they import PySpark from its installation, not from Spark's zip (spark_workers.py).
+    from integration.spark_workers import spark_worker_env
+
+    os.environ.update(spark_worker_env())
     paths = [str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -48,6 +48,7 @@ from kafka_source.testing.proxy import (ApiKey, Fault, FaultProxy,
 from kafka_source.wire.net.client import BrokerClient, RetriableBrokerError
 
 from .spark_features import AVAILABLE_NOW_IN_MICRO_BATCHES
+from .spark_workers import spark_worker_env
 from .test_stream import (committed, end_offsets, load_stream, produce_counts, sink_rows,
                           stream_options, wait_until)
 
@@ -602,7 +603,7 @@ def test_killed_python_worker_is_retried_exactly_once(spark, faulty, proxy, tmp_
                for f in (held_batch, held_stream)]
     for k in killers:
         k.start()
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+    env = {**spark_worker_env(),
            "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
            "SPARK_LOCAL_IP": "127.0.0.1"}
     # local[2,3]: two cores, and a task gets three attempts (local mode ignores

@@ -59,6 +59,7 @@ from kafka_source.testing.certs import (CertificateAuthority, java_keystore, jav
 from kafka_source.testing.oauth import TokenEndpoint
 from kafka_source.wire.net.client import BrokerClient
 
+from .spark_workers import spark_worker_env
 from .test_stream import committed, produce_counts, run_available_now, sink_rows
 
 pytestmark = pytest.mark.integration
@@ -565,10 +566,9 @@ def leak_run(secured, tmp_path_factory):
         "import logging, os, sys\n"
         "logging.basicConfig(level=logging.DEBUG, stream=sys.stderr, force=True,\n"
         "    format='PYLOG pid=' + str(os.getpid()) + ' %(name)s %(levelname)s %(message)s')\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+    env = {**spark_worker_env(), "PYTHONPATH": os.pathsep.join(
         [str(site), str(Path(__file__).resolve().parents[2])]
-        + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
-        "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+        + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
     spec_path = d / "spec.json"
     spec_path.write_text(json.dumps(spec))
     probe = Path(__file__).with_name("leak_probe.py")

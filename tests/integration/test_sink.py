@@ -39,6 +39,7 @@ from kafka_source.write.producer import abort_stale_transaction, end_transaction
 
 from .sink_retry_job import padded
 from .spark_features import AVAILABLE_NOW_IN_MICRO_BATCHES
+from .spark_workers import spark_worker_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -345,7 +346,7 @@ def test_exactly_once_with_a_killed_task_a_restart_and_a_lost_commit_log(bootstr
     create_topic(bootstrap_servers, out, 3)
     first = [f"a{i}" for i in range(1000)]
     _produce(bootstrap_servers, source, first, pad=True)
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+    env = {**spark_worker_env(),
            "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
            "SPARK_LOCAL_IP": "127.0.0.1"}
     job = subprocess.run(
