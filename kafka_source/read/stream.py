@@ -175,6 +175,7 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         # trigger is never held back.
         self._last_batch_ms = -(1 << 62)
         self._counts: dict[str, int] = {}                # partition count per subscribed topic
+        self._partition_list = None      # the last (partitions, counts) of _current_partitions
         # Truncation after an unclean leader election (KIP-320, :mod:`.truncation`): the
         # latest offsets and their leader epochs listed in this trigger, and the check itself.
         self._listed: dict[TopicPartition, tuple[int, int]] = {}
@@ -478,7 +479,9 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         infos = self.client.topic_metadata(subscription_topics(sub),
                                            planning_retries(self.options.source),
                                            expected=expected)
-        result, self._counts = partitions_in_metadata(self.client, sub, infos, strict=strict)
+        result, self._counts = partitions_in_metadata(self.client, sub, infos, strict=strict,
+                                                      previous=self._partition_list)
+        self._partition_list = (result, self._counts)
         if self._known is None:
             self._known = set(result)
         return result

@@ -148,3 +148,36 @@ def test_timestamp_without_match():
     # an ending timestamp after the last record means the latest offset
     assert plan(assign=json.dumps({"t": [0]}), endingTimestamp="99999") == [
         OffsetRange("t", 0, 10, 30)]
+
+
+def _metadata(counts: dict[str, list[int]]):
+    from kafka_source.wire.net.client import PartitionInfo, TopicInfo
+    return {t: TopicInfo(t, 0, {p: PartitionInfo(1, 0, 0) for p in parts})
+            for t, parts in counts.items()}
+
+
+def test_partitions_in_metadata_reuses_its_last_list_only_while_nothing_changed():
+    from kafka_source.config.options import parse_subscription
+    from kafka_source.read.offsets import partitions_in_metadata
+
+    sub = parse_subscription({"subscribepattern": "t.*"})
+    first = partitions_in_metadata(None, sub, _metadata({"ta": [0, 1], "tb": [0]}), strict=False)
+    assert first == ([("ta", 0), ("ta", 1), ("tb", 0)], {"ta": 2, "tb": 1})
+    again = partitions_in_metadata(None, sub, _metadata({"tb": [0], "ta": [1, 0]}),
+                                   strict=False, previous=first)
+    assert again == first and again[0] is first[0]       # the same list, not built again
+    grown = partitions_in_metadata(None, sub, _metadata({"ta": [0, 1, 2], "tb": [0]}),
+                                   strict=False, previous=first)
+    assert grown[0] == [("ta", 0), ("ta", 1), ("ta", 2), ("tb", 0)]
+    other = partitions_in_metadata(None, sub, _metadata({"ta": [0, 1], "tc": [0]}),
+                                   strict=False, previous=first)
+    assert other[0] == [("ta", 0), ("ta", 1), ("tc", 0)]
+    # The same counts but other numbers (never so in Kafka): not taken for the same partitions.
+    gapped = partitions_in_metadata(None, sub, _metadata({"ta": [0, 5], "tb": [0]}),
+                                    strict=False, previous=first)
+    assert gapped[0] == [("ta", 0), ("ta", 5), ("tb", 0)]
+    assign = parse_subscription({"assign": json.dumps({"ta": [1]})})
+    mine = partitions_in_metadata(None, assign, _metadata({"ta": [0, 1]}), strict=True)
+    assert mine[0] == [("ta", 1)]
+    assert partitions_in_metadata(None, assign, _metadata({"ta": [1, 0]}), strict=True,
+                                  previous=mine)[0] == [("ta", 1)]
