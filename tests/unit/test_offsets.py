@@ -176,8 +176,15 @@ def test_partitions_in_metadata_reuses_its_last_list_only_while_nothing_changed(
     gapped = partitions_in_metadata(None, sub, _metadata({"ta": [0, 5], "tb": [0]}),
                                     strict=False, previous=first)
     assert gapped[0] == [("ta", 0), ("ta", 5), ("tb", 0)]
-    assign = parse_subscription({"assign": json.dumps({"ta": [1]})})
-    mine = partitions_in_metadata(None, assign, _metadata({"ta": [0, 1]}), strict=True)
-    assert mine[0] == [("ta", 1)]
-    assert partitions_in_metadata(None, assign, _metadata({"ta": [1, 0]}), strict=True,
-                                  previous=mine)[0] == [("ta", 1)]
+    assign = parse_subscription({"assign": json.dumps({"ta": [1, 2]})})
+    mine = partitions_in_metadata(None, assign, _metadata({"ta": [0, 1, 2]}), strict=False)
+    assert mine[0] == [("ta", 1), ("ta", 2)]
+    assert partitions_in_metadata(None, assign, _metadata({"ta": [2, 1, 0]}), strict=False,
+                                  previous=mine)[0] is mine[0]
+    # A strict call checks in full: an assigned partition the topic lacks is an error even
+    # when a lenient call before left it out with the same counts.
+    lacking = partitions_in_metadata(None, assign, _metadata({"ta": [0, 1]}), strict=False)
+    assert lacking[0] == [("ta", 1)]
+    with pytest.raises(TopicError, match="names ta-2"):
+        partitions_in_metadata(None, assign, _metadata({"ta": [0, 1]}), strict=True,
+                               previous=lacking)
