@@ -77,8 +77,9 @@ def partitions_in_metadata(client: BrokerClient, sub: Subscription, infos: Mappi
 
     ``previous``: what this returned for the last answer of the same subscription. When not
     ``strict`` (whose checks run in full), every topic still has partitions 0 to its count - 1,
-    and the counts are the same, its list is returned again: a stream asks every trigger, and at 10,000 partitions building and sorting
-    the list took about 6% of a trigger's planning (and its tuples woke the collector).
+    and the counts are the same, its list is returned again: a stream asks every trigger, and
+    at 10,000 partitions building and sorting the list took about 6% of a trigger's planning
+    (and its tuples woke the collector).
     """
     if sub.kind == "subscribePattern":
         topics = sorted(t for t, i in infos.items()

@@ -435,9 +435,9 @@ class LeanListOffsetsRequest(LeanRequest):
         for _ in range(n):
             name, pos = _read_string(buf, pos, flexible)
             count, pos = _array_len(buf, pos, flexible)
-            parts = _offsets_rows(buf, pos, count, flexible, with_epoch)
+            parts, end = _offsets_rows(buf, pos, count, flexible, with_epoch)
             if parts is not None:
-                pos += (step + flexible) * count
+                pos = end
                 topics.append(OffsetsTopic(name, parts))
                 if flexible:
                     pos = _skip_tags(buf, pos)
@@ -466,26 +466,26 @@ _IHQQI_NO_TAGS = struct.Struct(">ihqqiB")
 
 
 def _offsets_rows(buf: memoryview, pos: int, count: int, flexible: bool,
-                  with_epoch: bool) -> list[OffsetsPartition] | None:
-    """A topic's ``count`` partitions at ``pos`` read in one pass in C, when each has the same
-    size: always before v6, and in flexible answers when no partition has tagged fields (Kafka
-    sets none). None otherwise (a partition with tagged fields, or an answer cut short): the
-    caller reads them one by one. At 10,000 partitions the partition-by-partition walk took
-    about 10 ms an answer."""
+                  with_epoch: bool) -> tuple[list[OffsetsPartition] | None, int]:
+    """A topic's ``count`` partitions at ``pos`` read in one pass in C, and where they end,
+    when each has the same size: always before v6, and in flexible answers when no partition
+    has tagged fields (Kafka sets none). ``(None, pos)`` otherwise (a partition with tagged
+    fields, or an answer cut short): the caller reads them one by one. At 10,000 partitions
+    the partition-by-partition walk took about 10 ms an answer."""
     row = _IHQQI_NO_TAGS if flexible else (_IHQQI if with_epoch else _IHQQ)
     end = pos + row.size * count
-    if end > len(buf):
-        return None
+    if count < 0 or end > len(buf):
+        return None, pos
     rows = row.iter_unpack(buf[pos:end])
     if flexible:
         rows = list(rows)
         # The first partition with tagged fields has a non-zero count where its row ends (the
         # rows before it are read right): from there on the fixed size does not hold.
         if any(r[5] for r in rows):
-            return None
+            return None, pos
     if with_epoch:
-        return [OffsetsPartition(r[0], r[1], r[2], r[3], r[4]) for r in rows]
-    return [OffsetsPartition(r[0], r[1], r[2], r[3], -1) for r in rows]
+        return [OffsetsPartition(r[0], r[1], r[2], r[3], r[4]) for r in rows], end
+    return [OffsetsPartition(r[0], r[1], r[2], r[3], -1) for r in rows], end
 
 
 def brokers_only(response) -> MetadataAnswer:
