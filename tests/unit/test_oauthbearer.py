@@ -18,7 +18,7 @@ from kafka_source.errors import BrokerSecurityError, OptionError
 from kafka_source.testing.oauth import TokenEndpoint
 from kafka_source.wire.net.handshake import diagnose
 from kafka_source.wire.net.oauth import (TokenProvider, TokenRequestFailed, jwt_claims,
-                                         token_provider)
+                                         token_provider, unsecured_token)
 
 SECRET = "Recognisable-client-secret/+:=?&"   # characters that must be URL-encoded
 MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required"
@@ -284,10 +284,23 @@ def test_unsecured_tokens_are_unsigned_jwts_with_the_claims():
     token = provider.token()
     header = json.loads(base64.urlsafe_b64decode(token.split(".")[0] + "=="))
     assert header == {"alg": "none"} and token.endswith(".")
-    assert jwt_claims(token) == {"sub": "alice", "groups": ["a", "b"], "iat": clock.now,
-                                 "exp": clock.now + 600}
+    assert jwt_claims(token) == {"sub": "alice", "groups": ["a", "b"], "iat": int(clock.now),
+                                 "exp": int(clock.now) + 600}
     clock.now += 0.81 * 600
     assert provider.token() != token
+
+
+@pytest.mark.parametrize("now", [1_796_110_081.0, 1_796_110_081.0006, 1_796_110_081.9999])
+def test_an_unsecured_token_is_never_issued_after_the_brokers_clock(now):
+    """Kafka's validator (OAuthBearerValidationUtils.validateIssuedAt) refuses a token whose
+    1000 * iat is after its clock in whole milliseconds, with no skew allowed by default: a
+    broker checking in the very millisecond the token was made must accept it."""
+    login = login_of(options(f'{MODULE} unsecuredLoginStringClaim_sub="alice";'))
+    token, expires = unsecured_token(login, now)
+    claims = jwt_claims(token)
+    broker_clock_ms = int(now * 1000)
+    assert 1000 * claims["iat"] <= broker_clock_ms
+    assert claims["exp"] == claims["iat"] + 3600 == expires
 
 
 def test_a_broker_rejecting_the_token_is_reported_with_its_source(idp):

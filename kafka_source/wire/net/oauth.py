@@ -80,9 +80,18 @@ def jwt_claims(token: str) -> dict | None:
 
 
 def unsecured_token(login: OAuthBearerLogin, now: float) -> tuple[str, float]:
-    """An unsigned JWT with the login's claims, and when it expires."""
-    expires = now + login.lifetime_s
-    claims = {**dict(login.unsecured_claims), "iat": now, "exp": expires}
+    """An unsigned JWT with the login's claims, and when it expires.
+
+    ``iat`` is ``now`` in whole seconds, rounded down, and ``exp`` that plus the lifetime. The
+    brokers' validator refuses a token whose ``1000 * iat`` lies after its own clock in
+    milliseconds (no clock skew allowed by default). A fractional ``now`` was refused whenever
+    the broker checked within the millisecond the token was made: seen once in CI, a batch
+    read's executor on the same machine as the broker failed with ``invalid_token``. Java's
+    unsecured login writes whole milliseconds; whole seconds, as JWTs usually carry them, also
+    leave room for a client clock a little ahead of the broker's."""
+    issued = int(now)
+    expires = issued + login.lifetime_s
+    claims = {**dict(login.unsecured_claims), "iat": issued, "exp": expires}
     header = _b64url(json.dumps({"alg": "none"}).encode())
     return f"{header}.{_b64url(json.dumps(claims).encode())}.", expires
 
