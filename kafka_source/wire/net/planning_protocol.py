@@ -435,22 +435,17 @@ class LeanListOffsetsRequest(LeanRequest):
         for _ in range(n):
             name, pos = _read_string(buf, pos, flexible)
             count, pos = _array_len(buf, pos, flexible)
-            parts, end = _offsets_rows(buf, pos, count, flexible, with_epoch)
-            if parts is not None:
-                pos = end
-                topics.append(OffsetsTopic(name, parts))
-                if flexible:
-                    pos = _skip_tags(buf, pos)
-                continue
-            parts = []
-            for _ in range(count):
-                fields = head.unpack_from(buf, pos)
-                pos += step
-                if flexible:
-                    # no tagged fields (one zero byte) is the rule: skip it without a call
-                    pos = pos + 1 if buf[pos] == 0 else _skip_tags(buf, pos)
-                parts.append(OffsetsPartition(fields[0], fields[1], fields[2], fields[3],
-                                              fields[4] if with_epoch else -1))
+            parts, pos = _offsets_rows(buf, pos, count, flexible, with_epoch)
+            if parts is None:       # not of one size: one partition at a time
+                parts = []
+                for _ in range(count):
+                    fields = head.unpack_from(buf, pos)
+                    pos += step
+                    if flexible:
+                        # no tagged fields (one zero byte) is the rule: skip it without a call
+                        pos = pos + 1 if buf[pos] == 0 else _skip_tags(buf, pos)
+                    parts.append(OffsetsPartition(fields[0], fields[1], fields[2], fields[3],
+                                                  fields[4] if with_epoch else -1))
             if flexible:
                 pos = _skip_tags(buf, pos)
             topics.append(OffsetsTopic(name, parts))
