@@ -55,6 +55,7 @@ class FakeConnection:
         self.in_flight_requests, self._request_buffer, self.paused = deque(), deque(), set()
         self._reauth = SimpleNamespace(session_lifetime_ms=0, is_reauthenticating=False,
                                        task=None, _task=None, _run=object(),
+                                       schedule=lambda: None, _do_reauth=None,
                                        on_response_processed=lambda: None)
 
     def _timeout_at(self, now=None, timeout_ms=None):
@@ -417,3 +418,111 @@ def test_a_request_is_handed_to_the_socket_at_once_not_at_the_next_poll(net):
         assert not conn.transport._write_buffer
     finally:
         brokers.close()
+
+
+# --- one re-authentication at a time ----------------------------------------------------------
+#
+# After an exchange whose last answer came late (processed at a poll seconds after it arrived:
+# the driver idles between micro-batches), the new session is due by the connector's clock
+# already. The held requests kafka-python then lets out start the next exchange first, and
+# kafka-python scheduled its timer after that, over the run already pending: a timer nobody
+# could cancel, which fired during a later exchange. Its SaslHandshake, or the requests let out
+# when it ended, reached the broker in the middle of that exchange, which answered
+# ILLEGAL_SASL_STATE and closed the connection (Kafka 2.2, tokens of whole-second 'exp').
+
+
+def reauth_runs(net) -> list:
+    """The re-authentication runs waiting on ``net``'s timers."""
+    return [task for _, task in net._scheduled
+            if getattr(task._stack[0], "__name__", "") == "_run"
+            or "_run" in getattr(getattr(task._stack[0], "cr_code", None), "co_name", "")]
+
+
+def fire_timers(net) -> None:
+    """Every timer of ``net`` fires now, as if their time had come."""
+    for _, task in list(net._scheduled):
+        net.reschedule(time.monotonic(), task)
+    for _ in range(3):
+        net.poll(timeout_ms=0)
+
+
+def reauthenticate(net, conn, *, answered_after_s: float = 0.0) -> None:
+    answer(net, conn, SaslHandshakeResponse, error_code=0, mechanisms=["PLAIN"])
+    session_clock(conn)._sent -= answered_after_s
+    answer(net, conn, SaslAuthenticateResponse, error_code=0, error_message=None,
+           auth_bytes=b"", session_lifetime_ms=10_000)
+
+
+def test_an_exchange_answered_late_leaves_one_run_scheduled_not_two(net):
+    conn = authenticated_connection(net, age_s=8.5, timer_in_s=3.0)
+    conn.send_request(MetadataRequest(topics=[]))
+    net.poll(timeout_ms=0)
+    # the last answer processed 8 s after its request was sent: the new 10 s session is past
+    # 70% already, and the held Metadata request starts the next exchange
+    reauthenticate(net, conn, answered_after_s=8.0)
+    assert conn.transport.api_keys == [SASL_HANDSHAKE, SASL_AUTHENTICATE, SASL_HANDSHAKE]
+    assert reauth_runs(net) == []                    # the pending run is the next, no timer
+    reauthenticate(net, conn)
+    assert conn.transport.api_keys[-2:] == [SASL_AUTHENTICATE, METADATA]
+    assert len(reauth_runs(net)) == 1
+    # when the timer fires, one exchange: one SaslHandshake, and nothing behind it
+    answer(net, conn, MetadataResponse)
+    fire_timers(net)
+    assert conn.transport.api_keys[5:] == [SASL_HANDSHAKE]
+    reauthenticate(net, conn)
+    assert conn.transport.api_keys[5:] == [SASL_HANDSHAKE, SASL_AUTHENTICATE]
+    assert len(reauth_runs(net)) == 1 and not conn.closed
+
+
+def test_a_run_that_fires_during_an_exchange_does_not_start_another(net):
+    conn = authenticated_connection(net, age_s=8.5, timer_in_s=3.0)
+    stray = net.call_later(60, conn._reauth._run)     # a timer that escaped cancelling
+    conn.send_request(MetadataRequest(topics=[]))
+    net.poll(timeout_ms=0)
+    assert conn.transport.api_keys == [SASL_HANDSHAKE]
+    net.reschedule(time.monotonic(), stray)            # it fires mid-exchange
+    for _ in range(3):
+        net.poll(timeout_ms=0)
+    assert stray.is_done
+    assert conn.transport.api_keys == [SASL_HANDSHAKE]    # no second SaslHandshake
+    reauthenticate(net, conn)
+    assert conn.transport.api_keys == [SASL_HANDSHAKE, SASL_AUTHENTICATE, METADATA]
+    assert not conn._reauth.is_reauthenticating and not conn.closed
+
+
+# --- no sooner than a broker accepts ----------------------------------------------------------
+#
+# A broker begins a re-authentication at most once a second per connection; a SaslHandshake
+# sooner is answered ILLEGAL_SASL_STATE. Seen on Kafka 4.0 with 6 s tokens whose exp is a whole
+# second: a session of 1,133 ms, due at 70% (0.79 s) by the connector's clock.
+
+
+def test_not_due_within_a_second_of_the_last_exchange_whatever_the_session():
+    conn = FakeConnection()
+    authenticated(conn)
+    began = session_clock(conn).began
+    conn._reauth.session_lifetime_ms = 1133
+    assert not reauthentication_due(conn, now=began + 0.8)       # 70% passed, 1 s not
+    conn._reauth.task = SimpleNamespace(scheduled_at=began + 0.9)  # nor kafka-python's timer
+    assert not reauthentication_due(conn, now=began + 0.95)
+    assert reauthentication_due(conn, now=began + 1.0)
+    conn._reauth.session_lifetime_ms = 10_000                    # longer sessions: as before
+    conn._reauth.task = None
+    assert not reauthentication_due(conn, now=began + 6.9)
+    assert reauthentication_due(conn, now=began + 7.1)
+
+
+def test_kafka_pythons_timer_waits_until_the_broker_accepts_a_new_exchange(net):
+    conn = authenticated_connection(net, age_s=0.0, timer_in_s=100)
+    net.cancel(conn._reauth.task)
+    conn._reauth._task = None
+    conn._reauth.session_lifetime_ms = 1000        # kafka-python would fire at 0.85-0.95 s
+    conn._reauth.schedule()
+    began = session_clock(conn).began
+    assert conn._reauth.task.scheduled_at >= began + 1.0
+    assert reauth_runs(net) == [conn._reauth.task]
+    conn._reauth.session_lifetime_ms = 10_000      # later than a second: left as it is
+    net.cancel(conn._reauth.task)
+    conn._reauth._task = None
+    conn._reauth.schedule()
+    assert began + 8.4 <= conn._reauth.task.scheduled_at <= began + 9.6

@@ -66,8 +66,20 @@ A request checked in time can still be read late, in two ways, and both are clos
   happens only in the last request timeout before each re-authentication, and never where
   sessions do not end.
 
+Starting exchanges early must not start two at once. After an exchange whose last answer was
+processed late, the new session is due by this clock already, and the held requests
+kafka-python lets out at its end start the next exchange at once; kafka-python then scheduled
+its timer over that pending run, leaving a timer nobody could cancel. It fired during a later
+exchange: its SaslHandshake, or the requests let out when it ended, reached the broker in the
+middle of that exchange, which answered ILLEGAL_SASL_STATE and closed the connection (Kafka
+2.2, OAUTHBEARER tokens whose ``exp`` is in whole seconds, as identity providers issue them, and
+so sessions as short as a second near a token's end). So kafka-python's ``schedule`` adds no
+timer while a run is pending (:func:`pending_run`), and a run that finds an exchange in progress
+ends at once.
+
 This relies on a few private parts of kafka-python 3's connection (``_send_request``,
-``_sasl_authenticate``, ``_reauth``, ``in_flight_requests``, ``_request_buffer``); where they are
+``_sasl_authenticate``, ``_reauth`` with its ``schedule`` and ``_do_reauth``,
+``in_flight_requests``, ``_request_buffer``); where they are
 missing, connections work as kafka-python makes them and only this early start is lost (logged
 at DEBUG for each connection).
 """
@@ -91,6 +103,14 @@ log = logging.getLogger(__name__)
 # its session's end (2 connections closed as expired, 1 run in about 10).
 REAUTH_AT = 0.7
 
+# A broker begins a re-authentication at most once a second per connection
+# (KafkaChannel.maybeBeginServerReauthentication, since KIP-368 in Kafka 2.2); a SaslHandshake
+# sooner is answered as a request out of place, ILLEGAL_SASL_STATE, and the client's exchange
+# fails. Sessions that short are those begun on a token in its last seconds: a token of a few
+# seconds' lifetime, whose exp is a whole second, re-authenticated at REAUTH_AT of a session of
+# 1.1 s (Kafka 4.0, tests/integration/test_security.py).
+MIN_REAUTH_INTERVAL_S = 1.0
+
 _AUTH_REQUESTS = (SaslAuthenticateRequest, SaslBytesRequest)
 _ATTRIBUTE = "_pykafka_session_clock"
 
@@ -100,11 +120,12 @@ class SessionClock:
     the time its last SaslAuthenticate request was sent (``began``, ``time.monotonic()``; None
     before the first successful exchange)."""
 
-    __slots__ = ("began", "_sent")
+    __slots__ = ("began", "_sent", "exchanging")
 
     def __init__(self):
         self.began: float | None = None
         self._sent: float | None = None
+        self.exchanging = False       # a re-authentication exchange is in progress
 
 
 def track_sessions(conn) -> None:
@@ -119,6 +140,8 @@ def track_sessions(conn) -> None:
         reauth = conn._reauth
         response_processed = reauth.on_response_processed
         unpause = conn.unpause
+        schedule = reauth.schedule
+        exchange = reauth._do_reauth
         reauth._run                             # noqa: B018 - what start_reauthentication uses
         conn.in_flight_requests, conn._request_buffer, conn._timeout_at  # noqa: B018 - holding
     except AttributeError as exc:
@@ -163,12 +186,42 @@ def track_sessions(conn) -> None:
         write_now(conn)
         release_held(conn)
 
+    def schedule_unless_pending():
+        # kafka-python schedules the next run after each exchange, over whatever run is
+        # pending. One is when the exchange's answer came late: the held requests it lets out
+        # find the new session due already, and release_held starts the next exchange first.
+        # Scheduled over, that run's timer is lost to cancelling and fires later on its own.
+        if pending_run(conn):
+            return
+        schedule()
+        task = reauth.task
+        earliest = earliest_reauthentication(conn)
+        if task is not None and getattr(task, "scheduled_at", None) is not None \
+                and task.scheduled_at < earliest:
+            conn.net.reschedule(earliest, task)     # not before the broker accepts it
+
+    async def one_exchange_at_a_time():
+        # A run that fires while an exchange is in progress (a timer that escaped
+        # cancelling) would write a second SaslHandshake into it, or let held requests out in
+        # the middle of it; the broker answers either with ILLEGAL_SASL_STATE and closes the
+        # connection. The exchange in progress schedules the next one when it is done.
+        if clock.exchanging:
+            log.debug("%s: a SASL re-authentication is in progress; not starting another", conn)
+            return None
+        clock.exchanging = True
+        try:
+            return await exchange()
+        finally:
+            clock.exchanging = False
+
     conn._send_request = timed_send
     conn._sasl_authenticate = timed_authenticate
     conn.send_request = checked_send
     conn.send_buffered = lambda: release_held(conn)
     reauth.on_response_processed = answered
     conn.unpause = unpaused
+    reauth.schedule = schedule_unless_pending
+    reauth._do_reauth = one_exchange_at_a_time
     setattr(conn, _ATTRIBUTE, clock)
 
 
@@ -232,6 +285,14 @@ def release_held(conn) -> None:
         conn._send_request(request, future=future, timeout_at=timeout_at)
 
 
+def pending_run(conn) -> bool:
+    """Whether a re-authentication of ``conn`` is scheduled and has not started yet (kafka-
+    python's timer, or a run :func:`start_reauthentication` put on the event loop): a run
+    clears the handle when it starts."""
+    task = conn._reauth.task
+    return task is not None and not getattr(task, "is_done", False)
+
+
 def session_clock(conn) -> SessionClock | None:
     return getattr(conn, _ATTRIBUTE, None)
 
@@ -260,10 +321,21 @@ def reauthentication_due(conn, now: float | None = None) -> bool:
     if reauth is None or getattr(conn, "closed", True) or reauth.is_reauthenticating:
         return False
     now = time.monotonic() if now is None else now
+    if now < earliest_reauthentication(conn):
+        return False
     scheduled_at = getattr(reauth.task, "scheduled_at", None)
     if scheduled_at is not None and scheduled_at <= now:
         return True
     return now >= reauthenticate_at(conn, now)
+
+
+def earliest_reauthentication(conn) -> float:
+    """The first moment (``time.monotonic()``) at which a broker accepts ``conn``'s next
+    re-authentication: :data:`MIN_REAUTH_INTERVAL_S` after the last exchange's last
+    SaslAuthenticate request was sent, which the broker read after the SaslHandshake it counts
+    from. Minus infinity before the first exchange."""
+    began = getattr(session_clock(conn), "began", None)
+    return float("-inf") if began is None else began + MIN_REAUTH_INTERVAL_S
 
 
 def start_reauthentication(conn) -> None:
