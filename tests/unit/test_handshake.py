@@ -146,6 +146,16 @@ def test_sasl_answers_no_retry_can_change_are_fatal():
     assert "does not expect SASL" in str(fatal) and "'kafka.security.protocol'" in str(fatal)
 
 
+def test_a_failed_reauthentication_says_nothing_of_the_port_and_is_retried():
+    # ILLEGAL_SASL_STATE from a connection that authenticated on this port: not a PLAINTEXT
+    # listener, whatever the same answer means to a new connection's SaslHandshake
+    for error in (Errors.IllegalSaslStateError(), Errors.SaslAuthenticationFailedError("x"),
+                  Errors.UnsupportedSaslMechanismError()):
+        fatal, hint = diagnosis(error, during_setup=False)
+        assert fatal is None
+        assert "re-authentication failed" in hint and type(error).__name__ in hint
+
+
 def test_a_tls_answer_to_a_plaintext_client_is_fatal():
     # kafka-python reads a TLS alert record (15 03 03 ..) as a frame size.
     fatal, _ = diagnosis(Errors.InvalidReceiveError("Invalid frame length: 352518912"),

@@ -264,6 +264,10 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
         todo.extend(a for a in getattr(e, "args", ()) if isinstance(a, BaseException))
 
 
+_SASL_ANSWERS = (Errors.UnsupportedSaslMechanismError, Errors.SaslAuthenticationFailedError,
+                 Errors.IllegalSaslStateError)
+
+
 def diagnose(exc: BaseException, *, address: str, host: str, config: Mapping[str, object],
              tls_given: frozenset[str] = frozenset(), during_setup: bool = True
              ) -> tuple[BrokerSecurityError | None, str | None]:
@@ -309,6 +313,12 @@ def diagnose(exc: BaseException, *, address: str, host: str, config: Mapping[str
                     f"The broker at {address} answered in TLS, but 'kafka.security.protocol' is "
                     f"{protocol}: set it to {'SASL_SSL' if protocol.startswith('SASL') else 'SSL'}"
                     f" and {_TRUST_FIX}."), None
+        if not during_setup and isinstance(cause, _SASL_ANSWERS):
+            # A connection set up on this port authenticated on it: a SASL answer now is a
+            # re-authentication's (KIP-368), and says nothing of the port or the credentials
+            # for sure. The connection is made again, and its authentication is diagnosed.
+            return None, (f"its SASL re-authentication failed ({type(cause).__name__}); a new "
+                          "connection authenticates again")
         if isinstance(cause, Errors.UnsupportedSaslMechanismError):
             return BrokerSecurityError(
                 f"SASL: the broker at {address} does not enable the mechanism {mechanism} "
