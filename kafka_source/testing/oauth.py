@@ -19,6 +19,7 @@ import ssl
 import threading
 import time
 import urllib.parse
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -99,8 +100,12 @@ class TokenEndpoint:
         if client_id not in self.clients or self.clients[client_id] != secret:
             return 401, {"error": "invalid_client",
                          "error_description": "Invalid client or Invalid client credentials"}
-        now = time.time()
-        claims = {"sub": client_id, "iat": now, "exp": now + self.lifetime_s}
+        # NumericDates in whole seconds, as identity providers issue them: a token lives up to
+        # a second less than lifetime_s, and a broker's session on it ends on a whole second;
+        # each token has its own id (jti), as from most providers
+        now = int(time.time())
+        claims = {"sub": client_id, "iat": now, "exp": now + int(self.lifetime_s),
+                  "jti": uuid.uuid4().hex}
         if body.get("scope"):
             claims["scope"] = body["scope"][0]
         token = unsigned_jwt(claims)
