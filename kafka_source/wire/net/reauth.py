@@ -66,16 +66,21 @@ A request checked in time can still be read late, in two ways, and both are clos
   happens only in the last request timeout before each re-authentication, and never where
   sessions do not end.
 
-Starting exchanges early must not start two at once. After an exchange whose last answer was
-processed late, the new session is due by this clock already, and the held requests
-kafka-python lets out at its end start the next exchange at once; kafka-python then scheduled
-its timer over that pending run, leaving a timer nobody could cancel. It fired during a later
-exchange: its SaslHandshake, or the requests let out when it ended, reached the broker in the
-middle of that exchange, which answered ILLEGAL_SASL_STATE and closed the connection (Kafka
-2.2, OAUTHBEARER tokens whose ``exp`` is in whole seconds, as identity providers issue them, and
-so sessions as short as a second near a token's end). So kafka-python's ``schedule`` adds no
-timer while a run is pending (:func:`pending_run`), and a run that finds an exchange in progress
-ends at once.
+Starting exchanges early must respect what a broker accepts, and never start two at once:
+
+* A broker begins at most one re-authentication a second on a connection, and answers a sooner
+  SaslHandshake ILLEGAL_SASL_STATE. A session begun on an OAUTHBEARER token in its last seconds
+  (whose ``exp`` is a whole second, as identity providers issue it) lasted 1.1 s, due at 0.79 s
+  by this clock: the broker refused the exchange and the connection was closed (Kafka 4.0,
+  tests/integration/test_security.py). No exchange starts before
+  :func:`earliest_reauthentication`, kafka-python's timer included.
+* After an exchange whose last answer was processed late, the new session is due by this
+  clock already, and the held requests kafka-python lets out at its end start the next
+  exchange at once; kafka-python then scheduled its timer over that pending run, leaving a
+  timer nobody could cancel, which could fire in the middle of a later exchange and write a
+  second SaslHandshake into it (tests/unit/test_reauth.py, on kafka-python's event loop). So
+  kafka-python's ``schedule`` adds no timer while a run is pending (:func:`pending_run`), and a
+  run that finds an exchange in progress ends at once.
 
 This relies on a few private parts of kafka-python 3's connection (``_send_request``,
 ``_sasl_authenticate``, ``_reauth`` with its ``schedule`` and ``_do_reauth``,
