@@ -42,6 +42,23 @@ __all__ = ["KafkaDataSource", "describe_group", "register"]
 __version__ = "0.1.0"
 
 
+def _in_spark_worker() -> bool:
+    import os
+
+    return "PYTHON_WORKER_FACTORY_SECRET" in os.environ   # as kafka_source.worker_heap
+
+
+# In Spark's Python workers only, before any of the connector's modules imports them: kafka-python's
+# package __init__ imports its consumer, producer and admin client, which the connector never
+# uses, and crc32c's looks up its own version on a path of large zips, in every worker that plans
+# or runs a query (kafka_source.worker_imports).
+if _in_spark_worker():
+    from .worker_imports import defer_package_inits
+
+    defer_package_inits()
+    del defer_package_inits
+
+
 def __getattr__(name):
     # Loaded on first use, so that importing a submodule (kafka_source.testing in a test
     # helper, the executor modules in a Python worker) does not pull in the Spark glue.

@@ -81,7 +81,9 @@ COMPRESSION_TYPES = {name: codec for codec, name in CODEC_NAMES.items()}  # "non
 _INT32_MAX = (1 << 31) - 1
 
 try:  # ICRAR's crc32c (a dependency): hardware CRC-32C that can continue a running value
-    from crc32c import crc32c as _crc32c_update
+    from .records import icrar_crc32c
+
+    _crc32c_update = icrar_crc32c()
 
     def _crc_of(parts) -> int:
         crc = 0

@@ -203,12 +203,27 @@ def _crc32c_fallback(data) -> int:
     return _crc32c_numpy(data)
 
 
+def icrar_crc32c():
+    """ICRAR's ``crc32c(data, value=0)`` (the ``crc32c`` package: hardware accelerated, and it
+    can continue a running value), or ImportError.
+
+    Taken from its extension module ``crc32c._crc32c`` where it has one (2.4 and later): the
+    package's ``__init__`` asks ``importlib.metadata`` for its own version, which on a Spark
+    worker's path reads the central directory of every zip and jar there (100-165 ms per
+    worker), and a Spark worker imports the package without running that ``__init__``
+    (:mod:`kafka_source.worker_imports`)."""
+    try:
+        from crc32c._crc32c import crc32c as function
+    except ImportError:
+        from crc32c import crc32c as function
+    return function
+
+
 def _pick_crc32c():
     try:
-        import crc32c as _c  # ICRAR's "crc32c" package (hardware accelerated)
-
-        if _c.crc32c(b"123456789") == 0xE3069283:
-            return _c.crc32c, "crc32c package"
+        function = icrar_crc32c()
+        if function(b"123456789") == 0xE3069283:
+            return function, "crc32c package"
     except Exception:
         pass
     try:
