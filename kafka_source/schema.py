@@ -6,33 +6,54 @@ The two must agree field for field, nullability included, or Spark rejects the A
 
 from __future__ import annotations
 
+from functools import cache
+
 import pyarrow as pa
-from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType,
-                               StructField, StructType, TimestampType)
 
-HEADER_TYPE = StructType([
-    StructField("key", StringType(), True),
-    StructField("value", BinaryType(), True),
-])
-
-_BASE_FIELDS = [
-    StructField("key", BinaryType(), True),
-    StructField("value", BinaryType(), True),
-    StructField("topic", StringType(), True),
-    StructField("partition", IntegerType(), True),
-    StructField("offset", LongType(), True),
-    StructField("timestamp", TimestampType(), True),
-    StructField("timestampType", IntegerType(), True),
-]
+# Spark's types are imported when the Spark schema is asked for (the planner, the writer), not
+# with this module: the executors' decode path (kafka_source.wire.format) needs only the Arrow
+# schema, and with it the whole wire layer imports without PySpark, which is what lets its unit
+# tests run once rather than on every PySpark release (tests/conftest.py, ``pyspark_free``).
 
 
-def spark_schema(include_headers: bool, formats=None) -> StructType:
+@cache
+def _spark_types():
+    from pyspark.sql import types as t
+
+    header = t.StructType([
+        t.StructField("key", t.StringType(), True),
+        t.StructField("value", t.BinaryType(), True),
+    ])
+    base = [
+        t.StructField("key", t.BinaryType(), True),
+        t.StructField("value", t.BinaryType(), True),
+        t.StructField("topic", t.StringType(), True),
+        t.StructField("partition", t.IntegerType(), True),
+        t.StructField("offset", t.LongType(), True),
+        t.StructField("timestamp", t.TimestampType(), True),
+        t.StructField("timestampType", t.IntegerType(), True),
+    ]
+    return header, base
+
+
+def __getattr__(name: str):
+    # HEADER_TYPE: the headers' element type as a Spark StructType (PEP 562, so that it too is
+    # built only when asked for).
+    if name == "HEADER_TYPE":
+        return _spark_types()[0]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def spark_schema(include_headers: bool, formats=None):
     """Spark's Kafka schema; with ``formats`` (:class:`kafka_source.formats.options.Formats`)
     the formatted key/value columns are structs of the reader schema's type, and in PERMISSIVE
     mode each has a string column of reasons at the end (``valueError``, ``keyError``)."""
-    fields = list(_BASE_FIELDS)
+    from pyspark.sql.types import ArrayType, StringType, StructField, StructType
+
+    header_type, base_fields = _spark_types()
+    fields = list(base_fields)
     if include_headers:
-        fields.append(StructField("headers", ArrayType(HEADER_TYPE, True), True))
+        fields.append(StructField("headers", ArrayType(header_type, True), True))
     if formats is not None and formats.any:
         from .formats.columns import error_column
         from .formats.options import format_columns_spark
