@@ -36,6 +36,15 @@ Tests that use the broker fixtures are marked ``integration`` and tests that use
 marked ``spark`` automatically, so ``pytest -m "not integration and not spark"`` runs the fast
 unit tests only.
 
+Test files whose tests never import PySpark, not even in a process they start, say so with
+``pytestmark = pytest.mark.pyspark_free`` (written that way: the run without PySpark finds these
+files by that text before importing them). ``PYKAFKA_TEST_WITHOUT_PYSPARK=1`` runs those files
+only, with PySpark unimportable in every Python process of the run
+(``tests/without_pyspark/sitecustomize.py``): a test there that needs PySpark fails with an
+ImportError saying so. CI runs them once that way and the other unit tests
+(``-m "not pyspark_free"``) on each PySpark release, since nothing in the first set can see which
+PySpark is installed.
+
 Tests marked ``cluster`` (``tests/cluster/``: production-failure scenarios on three-node Kafka
 clusters of both generations, several minutes) are left out unless asked for: by a ``-m``
 expression that names the marker (``pytest -m cluster``) or by naming a path under
@@ -44,13 +53,33 @@ expression that names the marker (``pytest -m cluster``) or by naming a path und
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# The run without PySpark (see the module docstring): PySpark is refused from here on in this
+# process, and through PYTHONPATH in every Python process it starts (xdist's workers, spawned
+# interpreters).
+WITHOUT_PYSPARK = os.environ.get("PYKAFKA_TEST_WITHOUT_PYSPARK") == "1"
+_PYSPARK_FREE_MARK = "pytest.mark.pyspark_free"
+if WITHOUT_PYSPARK:
+    _loaded = sorted(m for m in sys.modules if m.split(".", 1)[0] in ("pyspark", "py4j"))
+    if _loaded:
+        raise RuntimeError(f"PYKAFKA_TEST_WITHOUT_PYSPARK=1, but {_loaded[:3]} were imported "
+                           "before tests/conftest.py (by a pytest plugin?): the run cannot "
+                           "show that its tests do without PySpark")
+    _blocker_dir = REPO_ROOT / "tests" / "without_pyspark"
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(_blocker_dir), os.environ.get("PYTHONPATH", "")) if p)
+    _spec = importlib.util.spec_from_file_location(
+        "_pykafka_without_pyspark", _blocker_dir / "sitecustomize.py")
+    _spec.loader.exec_module(importlib.util.module_from_spec(_spec))
 
 _BROKER_FIXTURES = {"kafka_broker", "bootstrap_servers", "broker_kind",
                     "requires_exact_end_offsets", "requires_read_committed_isolation",
@@ -81,6 +110,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "once: a long test that CI runs on Kafka 4.0 only, not in "
                             "the Kafka 2.2 and embedded passes")
     config.addinivalue_line(
+        "markers", "pyspark_free: the file's tests never import PySpark (the run with "
+        "PYKAFKA_TEST_WITHOUT_PYSPARK=1 shows it); CI runs them once, not on every PySpark")
+    config.addinivalue_line(
         "markers", "requires_spark(feature, what): skip where the installed PySpark lacks the "
         "feature of kafka_source.spark_features (e.g. ADMISSION_CONTROL), naming what it is")
     # Every JVM the run starts (Spark, brokers, ZooKeeper, Kafka's tools) compiles with C1 only
@@ -108,7 +140,22 @@ def _cluster_tests_asked_for(config: pytest.Config) -> bool:
     return False
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config):
+    """Without PySpark, test files not marked ``pyspark_free`` are not even imported (their
+    imports would fail)."""
+    if (WITHOUT_PYSPARK and collection_path.suffix == ".py"
+            and collection_path.name.startswith("test_")
+            and _PYSPARK_FREE_MARK not in collection_path.read_text(encoding="utf-8")):
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if WITHOUT_PYSPARK:
+        others = [item for item in items if not item.get_closest_marker("pyspark_free")]
+        if others:
+            config.hook.pytest_deselected(items=others)
+            items[:] = [item for item in items if item.get_closest_marker("pyspark_free")]
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         if (names & _BROKER_FIXTURES or item.get_closest_marker("skip_on_embedded")

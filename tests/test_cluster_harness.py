@@ -22,6 +22,8 @@ from kafka_source.testing.certs import keytool_available
 from kafka_source.testing.cluster import (KRAFT, ZOOKEEPER, ClusterError, KafkaCluster,
                                           SecureListener)
 
+pytestmark = pytest.mark.pyspark_free
+
 KRAFT_SCRIPTS = ("kafka-server-start.sh", "kafka-storage.sh", "kafka-leader-election.sh",
                  "kafka-reassign-partitions.sh")
 ZK_SCRIPTS = ("kafka-server-start.sh", "zookeeper-server-start.sh",

@@ -10,7 +10,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import yaml
+
+pytestmark = pytest.mark.pyspark_free
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DOCKER = REPO_ROOT / "docker"

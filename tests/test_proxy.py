@@ -18,6 +18,8 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka_source.testing.proxy import (ApiKey, Fault, FaultProxy, pid_of_client,
                                         restarting_broker_metadata)
 
+pytestmark = pytest.mark.pyspark_free
+
 
 class EchoBroker:
     """Answers each request frame with (correlation id, b"echo", api key, body size)."""

@@ -11,6 +11,8 @@ import pytest
 
 from kafka_source.testing import brokers as testing
 
+pytestmark = pytest.mark.pyspark_free
+
 
 # ---------------------------------------------------------------------------------------------
 # Selection logic: nothing is started here

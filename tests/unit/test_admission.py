@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 from kafka_source.read.admission import backlog, hold_back, rate_limit
 
+pytestmark = pytest.mark.pyspark_free
+
 
 def tp(p, topic="t"):
     return (topic, p)

@@ -23,6 +23,8 @@ from kafka_source.group.assignors import (
 )
 from kafka_source.errors import KafkaSourceError, OptionError
 
+pytestmark = pytest.mark.pyspark_free
+
 
 def subs(**topics_by_member: str) -> dict[str, Subscription]:
     """subs(C0="t0 t1") -> {"C0": Subscription(("t0", "t1"))}"""

@@ -13,6 +13,8 @@ from kafka.protocol.metadata import MetadataResponse
 from kafka_source.errors import BrokerUnavailableError, TopicError
 from kafka_source.wire.net.client import BrokerClient, Retries, RetriableBrokerError, readable_topic
 
+pytestmark = pytest.mark.pyspark_free
+
 UNKNOWN_TOPIC_OR_PARTITION = 3
 LEADER_NOT_AVAILABLE = 5
 NOT_LEADER_FOR_PARTITION = 6

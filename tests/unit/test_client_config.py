@@ -9,6 +9,8 @@ from kafka_source.config.client_config import (SECRET_SETTINGS, client_config_fr
 from kafka_source.config.secrets import Secret
 from kafka_source.errors import OptionError
 
+pytestmark = pytest.mark.pyspark_free
+
 PASSWORD = "pw-Recognisable-0815"
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
 

@@ -12,6 +12,8 @@ from kafka_source.errors import CorruptRecordError, KafkaSourceError
 
 from . import record_builder as rb
 
+pytestmark = pytest.mark.pyspark_free
+
 PAYLOADS = {
     "empty": b"",
     "one-byte": b"x",

@@ -18,6 +18,8 @@ import pytest
 
 import kafka_source
 
+pytestmark = pytest.mark.pyspark_free
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 

@@ -35,6 +35,8 @@ from kafka_source.wire.format.encode import (
 from kafka_source.wire.format.fast_decode import decode_to_arrow
 from kafka_source.wire.format.records import decode_records
 
+pytestmark = pytest.mark.pyspark_free
+
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 BIG = 1 << 62

@@ -26,6 +26,8 @@ from kafka_source.write.exactly_once import (MarkerEntry, TransactionCommitError
 from kafka_source.write.producer import (TransactionFencedError, TransactionHandle,
                                          end_transactions)
 
+pytestmark = pytest.mark.pyspark_free
+
 N = 50
 STORE = SimpleNamespace(group="app-q")
 

@@ -32,6 +32,8 @@ from . import record_builder as rb
 from .record_builder import R
 from .response_builder import encode_response
 
+pytestmark = pytest.mark.pyspark_free
+
 BIG = 1 << 62
 TOPIC = "events-é"
 PARTITION = 7

@@ -28,6 +28,8 @@ from kafka_source.wire.net.fetch_protocol import FetchPartitionRequest as F
 from .record_builder import R, v2_batch
 from .response_builder import encode_response
 
+pytestmark = pytest.mark.pyspark_free
+
 VERSION = 12
 TP = ("t", 0)
 

@@ -20,6 +20,8 @@ from kafka_source.wire.net.fetch_protocol import (MAX_FETCH_VERSION, MIN_FETCH_V
 
 from .response_builder import encode_response
 
+pytestmark = pytest.mark.pyspark_free
+
 VERSIONS = range(MIN_FETCH_VERSION, MAX_FETCH_VERSION + 1)
 def parse(frame: bytes, version: int):
     view = memoryview(frame)[4:]          # after the size

@@ -9,6 +9,8 @@ from kafka_source.wire.net.fetch_session import (FETCH_SESSION_ID_NOT_FOUND, FIN
                                              INITIAL_EPOCH, INVALID_FETCH_SESSION_EPOCH,
                                              FetchSession)
 
+pytestmark = pytest.mark.pyspark_free
+
 A, B, C = ("t", 0), ("t", 1), ("u", 0)
 
 

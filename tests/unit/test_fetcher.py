@@ -13,6 +13,8 @@ from .fake_cluster import (NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE, FakeClus
                            unreachable)
 from .record_builder import R, control_batch, v2_batch
 
+pytestmark = pytest.mark.pyspark_free
+
 TP = ("t", 0)
 
 

@@ -34,6 +34,8 @@ from .fake_coordinator import (COMPLETING_REBALANCE, COORDINATOR_LOAD_IN_PROGRES
                                UNKNOWN_MEMBER_ID, UNKNOWN_TOPIC_OR_PARTITION, Background,
                                FakeCoordinator, RawMember, _commit_batch_bytes)
 
+pytestmark = pytest.mark.pyspark_free
+
 GROUP = "test-group"
 TOPICS = {"t0": 3, "t1": 3, "t2": 2}
 

@@ -13,6 +13,8 @@ from kafka_source.group.assignors import Assignment
 from kafka_source.group.status import GroupStatus, MemberStatus, PartitionStatus
 from kafka_source.wire.net.client import BrokerClient, RetriableBrokerError
 
+pytestmark = pytest.mark.pyspark_free
+
 NO_ERROR, COORDINATOR_LOADING, GROUP_ID_NOT_FOUND, GROUP_AUTH_FAILED = 0, 14, 69, 30
 
 

@@ -9,6 +9,8 @@ import pytest
 
 from kafka_source.write.held_rows import HeldRows, SpillError, spill_directory
 
+pytestmark = pytest.mark.pyspark_free
+
 
 def _batches(n: int, rows: int = 100, width: int = 50):
     return [pa.record_batch({"key": pa.array([b"k%d" % (i % 7) for i in range(rows)]),

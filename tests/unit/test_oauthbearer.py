@@ -20,6 +20,8 @@ from kafka_source.wire.net.handshake import diagnose
 from kafka_source.wire.net.oauth import (TokenProvider, TokenRequestFailed, jwt_claims,
                                          token_provider, unsecured_token)
 
+pytestmark = pytest.mark.pyspark_free
+
 SECRET = "Recognisable-client-secret/+:=?&"   # characters that must be URL-encoded
 MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required"
 

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 import kafka_source.read.offset_json as offset_json
 from kafka_source.read.offset_json import decode_offsets, encode_offsets
+
+pytestmark = pytest.mark.pyspark_free
 
 
 def test_offsets_json_orders_topics_and_partitions_as_numbers():

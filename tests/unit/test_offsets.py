@@ -13,6 +13,8 @@ from kafka_source.config.options import parse_batch_options
 from .fake_cluster import UNKNOWN_TOPIC_OR_PARTITION, FakeCluster, FakeLog, unreachable
 from .record_builder import R, v2_batch
 
+pytestmark = pytest.mark.pyspark_free
+
 
 def cluster():
     logs = {}

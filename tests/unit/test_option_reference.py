@@ -16,6 +16,8 @@ from kafka_source.config import options as options_module
 from kafka_source.config import sink_options
 from kafka_source.errors import OptionError
 
+pytestmark = pytest.mark.pyspark_free
+
 BASE = {"read": {"kafka.bootstrap.servers": "h:1", "subscribe": "t1"},
         "stream": {"kafka.bootstrap.servers": "h:1", "subscribe": "t1"},
         "write": {"kafka.bootstrap.servers": "h:1"}}

@@ -5,6 +5,8 @@ import pytest
 from kafka_source.errors import OptionError
 from kafka_source.config.options import parse_batch_options
 
+pytestmark = pytest.mark.pyspark_free
+
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
 
 

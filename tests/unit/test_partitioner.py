@@ -17,6 +17,8 @@ from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from kafka_source.write.partitioner import murmur2, partitions_for_keys
 
+pytestmark = pytest.mark.pyspark_free
+
 # org.apache.kafka.common.utils.UtilsTest.testMurmur2
 JAVA_VECTORS = {
     b"21": -973932308,

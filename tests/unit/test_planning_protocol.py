@@ -16,6 +16,8 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka_source.wire.net.planning_protocol import (LeanListOffsetsRequest, LeanMetadataRequest,
                                                     brokers_only)
 
+pytestmark = pytest.mark.pyspark_free
+
 METADATA_VERSIONS = range(4, 14)
 LIST_OFFSETS_VERSIONS = range(1, 12)
 UUID = "a1b2c3d4-0000-4000-8000-00000000abcd"

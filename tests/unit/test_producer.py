@@ -21,6 +21,8 @@ from kafka_source.wire.format.encode import BATCH_OVERHEAD, record_sizes
 from kafka_source.write.producer import (Producer, TransactionFencedError, TransactionHandle,
                                          abort_stale_transaction, end_transaction)
 
+pytestmark = pytest.mark.pyspark_free
+
 T = "events"
 
 

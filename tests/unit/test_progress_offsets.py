@@ -5,6 +5,8 @@ import pytest
 
 from kafka_source.testing.progress import source_offsets
 
+pytestmark = pytest.mark.pyspark_free
+
 
 @pytest.mark.parametrize("text", [
     '{"clicks": {"0": 220, "1": 5}}',            # PySpark 4.2 and later

@@ -29,6 +29,8 @@ from kafka_source.wire.net.reauth import (REAUTH_AT, read_late, reauthenticate_a
                                           reauthentication_due, session_clock,
                                           start_reauthentication, track_sessions)
 
+pytestmark = pytest.mark.pyspark_free
+
 
 class FakeNet:
     def __init__(self):

@@ -20,6 +20,8 @@ from kafka_source.wire.format.records import DecodeResult, Record, crc32c, decod
 from . import record_builder as rb
 from .record_builder import R
 
+pytestmark = pytest.mark.pyspark_free
+
 BIG = 1 << 62
 
 

@@ -12,6 +12,8 @@ from kafka_source.wire.format import fast_decode as fd
 from . import record_builder as rb
 from .record_builder import R
 
+pytestmark = pytest.mark.pyspark_free
+
 walk = fd._recwalk
 if walk is None:
     pytest.fail("kafka_source/wire/format/_recwalk.c is not built: `make install` builds it",

@@ -13,6 +13,8 @@ from kafka_source.config.sink_options import (DEFAULT_EXACTLY_ONCE_TRANSACTION_T
                                               parse_sink_options)
 from kafka_source.errors import OptionError
 
+pytestmark = pytest.mark.pyspark_free
+
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
 
 

@@ -14,6 +14,8 @@ from kafka_source.group.sticky import (CooperativeStickyAssignor, StickyAssignor
                                        decode_generation, decode_sticky_user_data,
                                        encode_generation, encode_sticky_user_data, sticky_assign)
 
+pytestmark = pytest.mark.pyspark_free
+
 
 def java_sticky_user_data(assignment: dict[str, list[int]], generation: int | None) -> bytes:
     """The bytes Java's StickyAssignor writes (Struct of STICKY_ASSIGNOR_USER_DATA_V1, or V0

@@ -8,6 +8,8 @@ from kafka_source.errors import OptionError
 from kafka_source.config.options import (DEFAULT_GROUP_ID_PREFIX, GroupOptions, StreamOptions,
                                   parse_stream_options)
 
+pytestmark = pytest.mark.pyspark_free
+
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "events"}
 
 

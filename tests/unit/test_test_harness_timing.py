@@ -6,7 +6,11 @@ from __future__ import annotations
 import json
 import textwrap
 
+import pytest
+
 from kafka_source.testing import jvm, timing
+
+pytestmark = pytest.mark.pyspark_free
 
 
 def test_sleeps_in_loops_are_told_from_fixed_ones(tmp_path):

@@ -16,6 +16,8 @@ from kafka_source.wire.net.tls import ssl_context
 
 from .tls_server import TlsServer, handshake
 
+pytestmark = pytest.mark.pyspark_free
+
 PASSWORD = "pw-Recognisable-1234"
 needs_keytool = pytest.mark.skipif(not keytool_available(),
                                    reason="needs the JDK's keytool (Java stores)")

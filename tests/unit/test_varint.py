@@ -7,6 +7,8 @@ import pytest
 
 from kafka_source.wire.varint import read_uvarint, uvarint
 
+pytestmark = pytest.mark.pyspark_free
+
 # value -> bytes, as org.apache.kafka.common.utils.ByteUtils.writeUnsignedVarint writes them
 KNOWN = {0: b"\x00", 1: b"\x01", 127: b"\x7f", 128: b"\x80\x01", 300: b"\xac\x02",
          16_383: b"\xff\x7f", 16_384: b"\x80\x80\x01", 2**31 - 1: b"\xff\xff\xff\xff\x07",

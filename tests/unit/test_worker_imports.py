@@ -11,6 +11,8 @@ import pytest
 
 from kafka_source import worker_imports
 
+pytestmark = pytest.mark.pyspark_free
+
 
 def _write_zip(path, modules):
     with zipfile.ZipFile(path, "w") as z:

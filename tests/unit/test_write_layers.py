@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.pyspark_free
+
 PACKAGE = Path(__file__).resolve().parents[2] / "kafka_source"
 WRITE = PACKAGE / "write"
 CONFIG = PACKAGE / "config"
