@@ -491,8 +491,18 @@ OPTIONS: tuple[Option, ...] = (
     Option("kafka.sasl.login.retry.backoff.max.ms", RSW, _login("retry_backoff_max_ms"),
            "The longest such pause.", _J, "SASL/OAUTHBEARER", example="5000"),
     Option("kafka.sasl.login.refresh.window.factor", RSW, _login("refresh_window_factor"),
-           "A token is refreshed when this share of its lifetime has passed.", _J,
+           "A token is refreshed when this share of its lifetime has passed (0.5 to 1.0).", _J,
            "SASL/OAUTHBEARER", example="0.75"),
+    Option("kafka.sasl.login.refresh.window.jitter", RSW, _login("refresh_window_jitter"),
+           "Plus a random share of up to this much (0 to 0.25), so that the job's processes do "
+           "not all ask the token endpoint at once.", _J, "SASL/OAUTHBEARER", example="0.1"),
+    Option("kafka.sasl.login.refresh.buffer.seconds", RSW, _login("refresh_buffer_s"),
+           "But at least this long before the token expires (0 to 3600).", _J,
+           "SASL/OAUTHBEARER", example="600"),
+    Option("kafka.sasl.login.refresh.min.period.seconds", RSW, _login("refresh_min_period_s"),
+           "And no sooner than this long after the token came (0 to 900). A token too short-"
+           "lived for both bounds is refreshed at the window's share of what is left.", _J,
+           "SASL/OAUTHBEARER", example="30"),
     # --- Fetching ------------------------------------------------------------------------------
     Option("kafka.isolation.level", RS, _fetch("isolation_level"),
            "`read_committed` leaves out records of aborted and open transactions.", _JC,
@@ -568,8 +578,8 @@ OPTIONS: tuple[Option, ...] = (
              "reader.", _JC, "Accepted without effect", status=IGNORED, example="1")
       for name in ("max.poll.records", "receive.buffer.bytes", "send.buffer.bytes",
                    "allow.auto.create.topics", "partition.assignment.strategy", "client.rack")),
-    *(Option(f"kafka.{name}", RS, "", "Fine tuning of Java's token refresh thread, or Java's "
-             "client-side checks of the token's claims (the broker validates the token).", _J,
+    *(Option(f"kafka.{name}", RS, "", "Java's client-side checks of the token's claims (the "
+             "broker validates the token).", _J,
              "Accepted without effect", status=IGNORED, example="1")
       for name in sorted(_oauth.IGNORED)),
     *(Option(f"kafka.{name}", W, "", "A JVM metrics, socket buffer or adaptive-partitioning "

@@ -55,13 +55,22 @@ OPTIONS = {
     "sasl.login.retry.backoff.ms": ("retry_backoff_ms", int),
     "sasl.login.retry.backoff.max.ms": ("retry_backoff_max_ms", int),
     "sasl.login.refresh.window.factor": ("refresh_window_factor", float),
+    "sasl.login.refresh.window.jitter": ("refresh_window_jitter", float),
+    "sasl.login.refresh.min.period.seconds": ("refresh_min_period_s", int),
+    "sasl.login.refresh.buffer.seconds": ("refresh_buffer_s", int),
 }
-#: Accepted and ignored: fine tuning of Java's refresh thread, and Java's client-side checks of
-#: the token's claims (the broker validates the token; these are not sent to it).
-IGNORED = frozenset({"sasl.login.refresh.window.jitter", "sasl.login.refresh.min.period.seconds",
-                     "sasl.login.refresh.buffer.seconds", "sasl.oauthbearer.scope.claim.name",
-                     "sasl.oauthbearer.sub.claim.name", "sasl.oauthbearer.clock.skew.seconds",
-                     "sasl.oauthbearer.expected.audience", "sasl.oauthbearer.expected.issuer"})
+#: The refresh options' valid ranges, Java's (``SaslConfigs``): (field, low, high).
+_REFRESH_RANGES = {
+    "sasl.login.refresh.window.factor": ("refresh_window_factor", 0.5, 1.0),
+    "sasl.login.refresh.window.jitter": ("refresh_window_jitter", 0.0, 0.25),
+    "sasl.login.refresh.min.period.seconds": ("refresh_min_period_s", 0, 900),
+    "sasl.login.refresh.buffer.seconds": ("refresh_buffer_s", 0, 3600),
+}
+#: Accepted and ignored: Java's client-side checks of the token's claims (the broker validates
+#: the token; these are not sent to it).
+IGNORED = frozenset({"sasl.oauthbearer.scope.claim.name", "sasl.oauthbearer.sub.claim.name",
+                     "sasl.oauthbearer.clock.skew.seconds", "sasl.oauthbearer.expected.audience",
+                     "sasl.oauthbearer.expected.issuer"})
 
 # RFC 7628 / KIP-342: SASL extension names are letters only, values printable ASCII.
 _EXTENSION_NAME = re.compile(r"^[A-Za-z]+$")
@@ -90,7 +99,11 @@ class OAuthBearerLogin:
     read_timeout_ms: int = 10_000
     retry_backoff_ms: int = 100
     retry_backoff_max_ms: int = 10_000
+    # when a token is refreshed, as Java's refresh thread decides (wire.net.oauth.refresh_time)
     refresh_window_factor: float = 0.8
+    refresh_window_jitter: float = 0.05
+    refresh_min_period_s: int = 60
+    refresh_buffer_s: int = 300
     # TLS to the token endpoint (https:): kafka_source.wire.net.tls settings, from the
     # ``ssl.*`` options inside the JAAS line; empty: the system's CAs, the name checked
     tls: tuple[tuple[str, object], ...] = ()
@@ -179,10 +192,11 @@ def oauthbearer_login(jaas: Mapping[str, str] | None, options: Mapping[str, obje
         settings[field] = convert(name, raw, kind)
     handler = settings.pop("handler", None)
     url = settings.pop("token_endpoint_url", None) or None
-    factor = settings.get("refresh_window_factor", 0.8)
-    if not 0.5 <= float(factor) <= 1.0:
-        raise OptionError("Option 'kafka.sasl.login.refresh.window.factor' must be between 0.5 "
-                          f"and 1.0 (as in Java), got {factor}.")
+    for name, (field, low, high) in _REFRESH_RANGES.items():
+        value = settings.get(field)
+        if value is not None and not low <= value <= high:
+            raise OptionError(f"Option 'kafka.{name}' must be between {low} and {high} (as in "
+                              f"Java), got {value}.")
     check_handler(handler)
     unsecured = handler == UNSECURED_HANDLER or (handler is None and url is None)
     if unsecured:

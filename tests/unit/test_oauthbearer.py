@@ -18,7 +18,7 @@ from kafka_source.errors import BrokerSecurityError, OptionError
 from kafka_source.testing.oauth import TokenEndpoint
 from kafka_source.wire.net.handshake import diagnose
 from kafka_source.wire.net.oauth import (TokenProvider, TokenRequestFailed, jwt_claims,
-                                         token_provider, unsecured_token)
+                                         refresh_time, token_provider, unsecured_token)
 
 pytestmark = pytest.mark.pyspark_free
 
@@ -70,6 +70,7 @@ def test_client_credentials_options_as_java_takes_them():
     assert login.scope == "kafka read"
     assert login.extensions == (("identityPoolId", "p"), ("logicalCluster", "lkc-1"))
     assert login.retry_backoff_ms == 250 and login.refresh_window_factor == 0.9
+    assert login.refresh_buffer_s == 300
     # the secret never shows; the login hashes and pickles (executors, their connection cache)
     assert SECRET not in repr(login) and SECRET not in repr(client_config_from_options(
         oidc_options("https://idp.example.com/token")))
@@ -118,7 +119,15 @@ def test_unsecured_login_options():
     (oidc_options("https://idp/t", ' extension_auth="x"'), ["'auth'"]),
     (oidc_options("https://idp/t", ' extension_bad_name="x"'), ["letters only"]),
     (oidc_options("https://idp/t", **{"sasl.login.refresh.window.factor": "0.2"}),
-     ["between 0.5 and 1.0"]),
+     ["'kafka.sasl.login.refresh.window.factor' must be between 0.5 and 1.0"]),
+    (oidc_options("https://idp/t", **{"sasl.login.refresh.window.jitter": "0.3"}),
+     ["'kafka.sasl.login.refresh.window.jitter' must be between 0.0 and 0.25"]),
+    (oidc_options("https://idp/t", **{"sasl.login.refresh.min.period.seconds": "901"}),
+     ["'kafka.sasl.login.refresh.min.period.seconds' must be between 0 and 900"]),
+    (oidc_options("https://idp/t", **{"sasl.login.refresh.buffer.seconds": "3601"}),
+     ["'kafka.sasl.login.refresh.buffer.seconds' must be between 0 and 3600"]),
+    (oidc_options("https://idp/t", **{"sasl.login.refresh.buffer.seconds": "5m"}),
+     ["'kafka.sasl.login.refresh.buffer.seconds' must be an integer"]),
     (oidc_options("https://idp/t", **{"sasl.login.read.timeout.ms": "soon"}),
      ["'kafka.sasl.login.read.timeout.ms' must be an integer"]),
     (options(f'{MODULE} unsecuredLoginStringClaim_sub="a" unsecuredLoginStringClaim_exp="1";'),
@@ -171,15 +180,73 @@ def test_a_token_is_requested_as_java_requests_it_and_shared(idp):
     assert token_provider(login) is token_provider(login)
 
 
-def test_the_token_is_refreshed_at_the_window_factor_of_its_lifetime(idp):
-    login = login_of(oidc_options(idp.url))
+# (factor, jitter, min period, buffer), now, start, expiry, draw -> the refresh time, worked out
+# by hand from Java's ExpiringCredentialRefreshingLogin.refreshMs.
+@pytest.mark.parametrize("settings, now, start, expires, draw, expected", [
+    ((0.8, 0.05, 60, 300), 0, 0, 3600, 0.0, 2880),    # an hour: the window's share
+    ((0.8, 0.05, 60, 300), 0, 0, 3600, 1.0, 3060),    # with the whole jitter
+    ((0.8, 0.05, 60, 300), 0, 0, 3600, 0.5, 2970),
+    ((0.8, 0.05, 60, 300), 0, 0, 1000, 0.0, 700),     # 800 would be inside the buffer
+    ((0.8, 0.05, 60, 900), 0, 0, 3600, 0.0, 2700),    # a longer buffer
+    ((0.8, 0.05, 60, 300), 0, -3400, 600, 0.0, 60),   # issued long ago: the minimum period
+    ((0.8, 0.05, 60, 300), 0, 0, 300, 0.0, 240),      # too short for both bounds: 0.8 of it
+    ((0.8, 0.05, 60, 300), 0, 0, 300, 1.0, 255),
+    ((0.8, 0.05, 60, 300), 100, 0, 400, 0.0, 340),    # of what is left, not of the lifetime
+    ((0.5, 0.0, 0, 0), 0, 0, 1000, 0.7, 500),         # bounds of 0: the window alone
+])
+def test_the_refresh_time_is_javas(settings, now, start, expires, draw, expected):
+    factor, jitter, min_period, buffer = settings
+    login = OAuthBearerLogin(refresh_window_factor=factor, refresh_window_jitter=jitter,
+                             refresh_min_period_s=min_period, refresh_buffer_s=buffer)
+    assert refresh_time(login, now=now, start=start, expires=expires,
+                        draw=draw) == pytest.approx(expected)
+
+
+def _refreshed_at(login, idp, draw: float) -> float:
+    """When the provider first asks the endpoint again, to the second."""
     clock = Clock(__import__("time").time())
-    provider = TokenProvider(login, clock=clock, sleep=clock.sleep)
-    first = provider.token()
-    clock.now += 0.79 * 1000
-    assert provider.token() == first and len(idp.requests) == 1
-    clock.now += 0.02 * 1000
-    assert provider.token() != first and len(idp.requests) == 2
+    provider = TokenProvider(login, clock=clock, sleep=clock.sleep, draw=lambda: draw)
+    began, first = clock.now, provider.token()
+    asked = len(idp.requests)
+    while provider.token() == first:
+        assert len(idp.requests) == asked
+        clock.now += 1
+    return clock.now - began
+
+
+def test_the_token_is_refreshed_as_java_refreshes_it(idp):
+    # A token of 1,000 s (idp): the buffer's 300 s come before the window's 800 s.
+    assert _refreshed_at(login_of(oidc_options(idp.url)), idp, draw=0.9) == 700
+    no_buffer = login_of(oidc_options(idp.url, **{"sasl.login.refresh.buffer.seconds": "0"}))
+    assert _refreshed_at(no_buffer, idp, draw=0.0) == 800
+    jitter = login_of(oidc_options(idp.url, **{"sasl.login.refresh.buffer.seconds": "0",
+                                               "sasl.login.refresh.window.jitter": "0.1"}))
+    assert _refreshed_at(jitter, idp, draw=0.5) == 850
+
+
+def test_the_refresh_counts_the_lifetime_from_the_tokens_iat(tmp_path):
+    # A token file with a token issued 3,000 s ago that expires in 600 s: its window (0.8 of
+    # 3,600 s) has passed, so it is refreshed after the minimum period, 60 s, not after 300.
+    path = tmp_path / "token"
+    clock = Clock(__import__("time").time())
+
+    def write(iat: float, exp: float) -> str:
+        token = (base64.urlsafe_b64encode(b'{"alg":"none"}').rstrip(b"=").decode() + "."
+                 + base64.urlsafe_b64encode(json.dumps({"sub": "pod", "iat": iat, "exp": exp})
+                                            .encode()).rstrip(b"=").decode() + ".")
+        path.write_text(token)
+        return token
+
+    first = write(clock.now - 3000, clock.now + 600)
+    provider = TokenProvider(login_of({**oidc_options(f"file://{path}"),
+                                       "kafka.sasl.jaas.config": f"{MODULE};"}),
+                             clock=clock, sleep=clock.sleep, draw=lambda: 0.0)
+    assert provider.token() == first
+    clock.now += 59
+    write(clock.now, clock.now + 3600)
+    assert provider.token() == first
+    clock.now += 1
+    assert provider.token() != first
 
 
 def test_a_failed_refresh_keeps_the_valid_token_and_tries_again_after_the_backoff(idp, caplog):

@@ -13,8 +13,13 @@ provider for an :class:`~kafka_source.config.oauthbearer.OAuthBearerLogin`:
   Kafka's ``OAuthBearerUnsecuredLoginCallbackHandler`` makes for development brokers.
 
 One provider per login and process (:func:`token_provider`), so every connection of a driver
-or executor process shares one token, refreshed once ``sasl.login.refresh.window.factor`` (0.8)
-of its lifetime has passed. kafka-python calls :meth:`TokenProvider.token` on its network
+or executor process shares one token, refreshed when Java's refresh thread would refresh it
+(:func:`refresh_time`): once ``sasl.login.refresh.window.factor`` (0.8) plus a random share of
+up to ``sasl.login.refresh.window.jitter`` (0.05) of its lifetime has passed, but at least
+``sasl.login.refresh.buffer.seconds`` (300) before it expires and no sooner than
+``sasl.login.refresh.min.period.seconds`` (60) after it came. The jitter matters here as in Java:
+every executor process of a job gets its token at about the same moment, and without it they
+would all ask the token endpoint again at the same moment too. kafka-python calls :meth:`TokenProvider.token` on its network
 thread while it authenticates a connection, so a token request blocks that thread: it is bounded
 by ``sasl.login.connect.timeout.ms``/``read.timeout.ms`` (10 s each by default here; Java has
 none), and only made when the token is due. While the current token is still valid a failed
@@ -32,6 +37,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import random
 import ssl
 import threading
 import time
@@ -100,14 +106,35 @@ class TokenRequestFailed(Errors.KafkaConnectionError):
     """A token could not be had now; a later connection attempt may get one."""
 
 
+def refresh_time(login: OAuthBearerLogin, *, now: float, start: float, expires: float,
+                 draw: float) -> float:
+    """When to get the next token (seconds, as ``now``), for a token valid from ``start`` to
+    ``expires``, as Kafka's Java clients decide it (``ExpiringCredentialRefreshingLogin``):
+
+    * at ``start`` plus the share ``factor + jitter * draw`` of the lifetime;
+    * but no later than ``buffer`` seconds before it expires, and no sooner than
+      ``min period`` seconds from ``now``;
+    * when what is left of the lifetime cannot hold both (``now + min period + buffer`` past the
+      expiry: a short-lived token), at that share of what is left, the two bounds ignored.
+    """
+    share = login.refresh_window_factor + login.refresh_window_jitter * draw
+    min_period, buffer = login.refresh_min_period_s, login.refresh_buffer_s
+    if now + min_period + buffer > expires:
+        return now + (expires - now) * share
+    proposed = start + (expires - start) * share
+    return max(min(proposed, expires - buffer), now + min_period)
+
+
 class TokenProvider(AbstractTokenProvider):
     """Tokens of one :class:`OAuthBearerLogin`, cached and refreshed; thread-safe."""
 
-    def __init__(self, login: OAuthBearerLogin, *, clock=time.time, sleep=time.sleep):
+    def __init__(self, login: OAuthBearerLogin, *, clock=time.time, sleep=time.sleep,
+                 draw=random.random):
         super().__init__()
         self.login = login
         self._clock = clock
         self._sleep = sleep
+        self._draw = draw             # the jitter's random share, in [0, 1)
         self._lock = threading.Lock()
         self._token: str | None = None
         self._expires = 0.0
@@ -167,7 +194,13 @@ class TokenProvider(AbstractTokenProvider):
                     backoff = min(backoff * 2, login.retry_backoff_max_ms / 1000)
         lifetime = max(expires - start, 0.0)
         self._token, self._expires = token, expires
-        self._refresh_at = start + login.refresh_window_factor * lifetime
+        # The lifetime's start is the token's 'iat' claim when it has one in the past (an
+        # endpoint may hand out a token it issued earlier), as Java takes the token's start.
+        issued = (jwt_claims(token) or {}).get("iat") if login.token_endpoint_url else None
+        began = (issued if isinstance(issued, (int, float)) and not isinstance(issued, bool)
+                 and issued <= start else start)
+        self._refresh_at = refresh_time(login, now=start, start=began, expires=expires,
+                                        draw=self._draw())
         self._next_try = 0.0
         log.info("OAUTHBEARER: got a token from %s, valid for %.0f s.", login.source, lifetime)
 
