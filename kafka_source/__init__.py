@@ -42,10 +42,16 @@ __all__ = ["KafkaDataSource", "describe_group", "register"]
 __version__ = "0.1.0"
 
 
+# Spark sets it in the environment of every Python worker it starts (PythonWorkerFactory), and
+# nowhere else: how kafka_source.worker_heap and .worker_imports know they run in one. Named here,
+# in the module that imports nothing, so that the check below costs no import.
+_SPARK_WORKER_VAR = "PYTHON_WORKER_FACTORY_SECRET"
+
+
 def _in_spark_worker() -> bool:
     import os
 
-    return "PYTHON_WORKER_FACTORY_SECRET" in os.environ   # as kafka_source.worker_heap
+    return _SPARK_WORKER_VAR in os.environ
 
 
 # In Spark's Python workers only, before any of the connector's modules imports them: kafka-python's

@@ -83,6 +83,8 @@ import os
 import platform
 import sys
 
+from . import _SPARK_WORKER_VAR
+
 #: glibc's mallopt parameters (malloc.h) and the values pinned: glibc's own upper limits for its
 #: adaptive thresholds on 64-bit platforms (DEFAULT_MMAP_THRESHOLD_MAX and twice that).
 M_TRIM_THRESHOLD = -1
@@ -90,7 +92,6 @@ M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 32 << 20
 TRIM_THRESHOLD = 64 << 20
 
-_SPARK_WORKER_VAR = "PYTHON_WORKER_FACTORY_SECRET"
 _OPERATOR_MALLOC_VARS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")
 
 _pinned = False

@@ -73,7 +73,7 @@ import sys
 import threading
 import zipimport
 
-from .worker_heap import _SPARK_WORKER_VAR
+from . import _SPARK_WORKER_VAR
 
 _done = False
 
