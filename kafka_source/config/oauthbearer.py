@@ -59,12 +59,12 @@ OPTIONS = {
     "sasl.login.refresh.min.period.seconds": ("refresh_min_period_s", int),
     "sasl.login.refresh.buffer.seconds": ("refresh_buffer_s", int),
 }
-#: The refresh options' valid ranges, Java's (``SaslConfigs``): (field, low, high).
+#: The refresh options' valid ranges, Java's (``SaslConfigs``): (low, high).
 _REFRESH_RANGES = {
-    "sasl.login.refresh.window.factor": ("refresh_window_factor", 0.5, 1.0),
-    "sasl.login.refresh.window.jitter": ("refresh_window_jitter", 0.0, 0.25),
-    "sasl.login.refresh.min.period.seconds": ("refresh_min_period_s", 0, 900),
-    "sasl.login.refresh.buffer.seconds": ("refresh_buffer_s", 0, 3600),
+    "sasl.login.refresh.window.factor": (0.5, 1.0),
+    "sasl.login.refresh.window.jitter": (0.0, 0.25),
+    "sasl.login.refresh.min.period.seconds": (0, 900),
+    "sasl.login.refresh.buffer.seconds": (0, 3600),
 }
 #: Accepted and ignored: Java's client-side checks of the token's claims (the broker validates
 #: the token; these are not sent to it).
@@ -192,8 +192,8 @@ def oauthbearer_login(jaas: Mapping[str, str] | None, options: Mapping[str, obje
         settings[field] = convert(name, raw, kind)
     handler = settings.pop("handler", None)
     url = settings.pop("token_endpoint_url", None) or None
-    for name, (field, low, high) in _REFRESH_RANGES.items():
-        value = settings.get(field)
+    for name, (low, high) in _REFRESH_RANGES.items():
+        value = settings.get(OPTIONS[name][0])
         if value is not None and not low <= value <= high:
             raise OptionError(f"Option 'kafka.{name}' must be between {low} and {high} (as in "
                               f"Java), got {value}.")

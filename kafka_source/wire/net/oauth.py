@@ -19,10 +19,11 @@ up to ``sasl.login.refresh.window.jitter`` (0.05) of its lifetime has passed, bu
 ``sasl.login.refresh.buffer.seconds`` (300) before it expires and no sooner than
 ``sasl.login.refresh.min.period.seconds`` (60) after it came. The jitter matters here as in Java:
 every executor process of a job gets its token at about the same moment, and without it they
-would all ask the token endpoint again at the same moment too. kafka-python calls :meth:`TokenProvider.token` on its network
-thread while it authenticates a connection, so a token request blocks that thread: it is bounded
-by ``sasl.login.connect.timeout.ms``/``read.timeout.ms`` (10 s each by default here; Java has
-none), and only made when the token is due. While the current token is still valid a failed
+would all ask the token endpoint again at the same moment too. kafka-python calls
+:meth:`TokenProvider.token` on its network thread while it authenticates a connection, so a
+token request blocks that thread: it is bounded by
+``sasl.login.connect.timeout.ms``/``read.timeout.ms`` (10 s each by default here; Java has none),
+and only made when the token is due. While the current token is still valid a failed
 refresh (also a refused one) is logged and the current token used, and tried again after
 ``sasl.login.retry.backoff.ms``, as Java's refresh thread keeps the credential it has. Without
 a valid token the request is retried with backoff for up to
