@@ -62,6 +62,11 @@ class OffsetsJson:
         self._recent: list[tuple[dict, Offsets]] = []     # (encoded, decoded), newest last
 
     def encode(self, offsets: Mapping[TopicPartition, int]) -> dict:
+        for encoded, decoded in reversed(self._recent):
+            # The same offsets again (a trigger's latest offsets, reported after its end,
+            # are usually the end): a copy of that JSON, not a sort of every partition.
+            if decoded == offsets:
+                return {topic: dict(parts) for topic, parts in encoded.items()}
         encoded, decoded = _encode(offsets)
         # A copy of its own: the caller may change what it got back.
         self._recent.append(({topic: dict(parts) for topic, parts in encoded.items()}, decoded))

@@ -50,3 +50,19 @@ def test_offsets_json_is_not_fooled_by_a_changed_return_value():
     returned["t"]["0"] = 99                    # whoever got it changed it
     assert codec.decode({"t": {"0": 99, "1": 6}}) == {("t", 0): 99, ("t", 1): 6}
     assert codec.decode({"t": {"0": 5, "1": 6}}) == {("t", 0): 5, ("t", 1): 6}
+
+
+def test_offsets_json_writes_offsets_it_wrote_recently_without_sorting_them_again(monkeypatch):
+    # A trigger's end, then its latest offsets (reportLatestOffset), most often the same.
+    codec = offset_json.OffsetsJson()
+    offsets = {("b", 10): 5, ("a", 2): 1, ("b", 9): 4}
+    first = codec.encode(offsets)
+    calls = []
+    real = offset_json._encode
+    monkeypatch.setattr(offset_json, "_encode", lambda o: calls.append(o) or real(o))
+    again = codec.encode(dict(offsets))
+    assert again == first and json.dumps(again) == json.dumps(first) and not calls
+    again["a"]["2"] = 99                        # the caller's own copy
+    assert codec.encode(offsets) == first and not calls
+    moved = codec.encode({**offsets, ("a", 2): 2})
+    assert moved["a"] == {"2": 2} and len(calls) == 1
