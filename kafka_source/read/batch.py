@@ -31,7 +31,9 @@ class KafkaBatchReader(AcksJvmOnUnpickle, DataSourceReader):
         opts = self.options
         with BrokerClient(opts.client_config) as client:
             ranges = plan_batch_ranges(client, opts)
-            leaders = dict(client.known_leaders)
+            # The leaders of the Metadata answer that routed its ListOffsets: a task's
+            # ranges then come from as few brokers as possible.
+            leaders = client.cached_leaders([r.topic_partition for r in ranges], 60_000)
         parts = plan_input_partitions(ranges, opts, parallelism=self.parallelism,
                                       leaders=leaders)
         # Nothing to read: one empty task, so the query still runs and returns no rows.

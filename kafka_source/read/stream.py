@@ -100,6 +100,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import operator
 import signal
 import threading
 import time
@@ -398,8 +399,12 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
             if until > begin:
                 # The executors' check of the range against a truncated log (.truncation).
                 ranges.append(OffsetRange(tp[0], tp[1], begin, until, self._epoch_of(tp, until)))
-        # Leaders as of this trigger's ListOffsets (no request of its own).
-        leaders = getattr(self._client, "known_leaders", None) or {}
+        # Leaders as of this trigger's Metadata answer, which routed its ListOffsets (no
+        # request of its own): a task's ranges then come from as few brokers as possible.
+        leaders = {}
+        if self._client is not None and ranges:
+            leaders = self._client.cached_leaders([r.topic_partition for r in ranges],
+                                                  _PLANNING_LEADERS_MS)
         return plan_input_partitions(ranges, self.options.source, parallelism=self.parallelism,
                                      leaders=leaders)
 
@@ -669,7 +674,7 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         from the new topic's log start, as partitions new to the query."""
         view = getattr(self.client, "view", None)
         changed = {}
-        for topic in sorted({t for t, _ in start} | set(self._counts)):
+        for topic in sorted(set(map(_TOPIC, start)) | set(self._counts)):
             now = view.topic_id(topic) if view is not None else None
             if now is None:
                 continue
@@ -771,12 +776,15 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
                                           read_committed=read_committed,
                                           retries=planning_retries(src), epochs=epochs)
         if target == LATEST_TIMESTAMP:
-            for tp, (off, _) in listed.items():
-                # The lowest latest offset of this trigger (the LSO with read_committed) with
-                # the leader's epoch: what an end offset is paired with (.truncation).
-                prev = self._listed.get(tp)
-                self._listed[tp] = (off if prev is None else min(off, prev[0]),
-                                    epochs.get(tp, -1))
+            # The lowest latest offset of this trigger (the LSO with read_committed) with the
+            # leader's epoch: what an end offset is paired with (.truncation).
+            if not self._listed:        # the trigger's first listing: of every partition
+                self._listed = {tp: (off, epochs.get(tp, -1)) for tp, (off, _) in listed.items()}
+            else:
+                for tp, (off, _) in listed.items():
+                    prev = self._listed.get(tp)
+                    self._listed[tp] = (off if prev is None else min(off, prev[0]),
+                                        epochs.get(tp, -1))
         return {tp: off for tp, (off, _) in listed.items()}
 
     def _data_loss(self, message: str, action: str) -> None:
@@ -784,6 +792,13 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
                      remedy="Set the option 'failOnDataLoss' to 'false' to go on with what is "
                             "still available.",
                      action=action, logger=log)
+
+
+_TOPIC = operator.itemgetter(0)       # of a (topic, partition)
+
+#: Leaders of a Metadata answer at most this old order a micro-batch's ranges into tasks
+#: (a trigger's answer is older than its ListOffsets by the time Spark asks for partitions).
+_PLANNING_LEADERS_MS = 60_000
 
 
 def _now_ms() -> int:

@@ -106,7 +106,8 @@ class FakeCluster:
             if queued:
                 result[topic] = TopicInfo(topic, queued.pop(0), {})
                 continue
-            parts = {p: PartitionInfo(self.leader, 0, self.epochs.get((t, p), -1))
+            parts = {p: PartitionInfo(self.leaders_by_partition.get((t, p), self.leader), 0,
+                                      self.epochs.get((t, p), -1))
                      for t, p in self.logs if t == topic}
             if topic == "__consumer_offsets":
                 parts = {0: PartitionInfo(self.leader, 0)}
@@ -116,6 +117,10 @@ class FakeCluster:
         self.view.check_topic_ids(self.leader, {t: i.topic_id for t, i in result.items()
                                                 if not i.error_code})
         self.view.seen(result)
+        now = time.monotonic()       # BrokerClient keeps each answered topic's leaders too
+        for topic, info in result.items():
+            if not info.error_code:
+                self._leader_cache[topic] = (now, {p: i.leader for p, i in info.partitions.items()})
         return result
 
     # The real retry loop around ``metadata`` (it only uses ``metadata``, ``view`` and

@@ -24,7 +24,7 @@ THREE_BROKERS = ((1, "127.0.0.1", 9092), (2, "127.0.0.1", 9093), (3, "127.0.0.1"
 
 
 def answer(topics: dict[str, int], *, brokers=((1, "127.0.0.1", 9092),), epoch=0,
-           partitions=1):
+           partitions=1, wire=False):
     """A Metadata response (v9): ``topics`` maps name -> error code; partitions 0.. led by 1
     with leader epoch ``epoch``."""
     R = MetadataResponse
@@ -38,6 +38,8 @@ def answer(topics: dict[str, int], *, brokers=((1, "127.0.0.1", 9092),), epoch=0
                        replica_nodes=[1], isr_nodes=[1], offline_replicas=[])
                      for i in range(partitions)])
                  for t, code in topics.items()])
+    if wire:
+        return response.encode(version=9)           # its body's bytes
     return R.decode(response.encode(), version=9)   # as it comes off the wire
 
 
@@ -420,3 +422,122 @@ def test_a_request_to_a_broker_that_left_the_metadata_is_retriable():
     finally:
         client.close()
     assert str(failed.value).startswith("broker 3: no longer in the cluster's metadata")
+
+
+# --- a stream's trigger over many partitions: answers as they come off the wire -----------------
+
+class OffTheWire(Scripted):
+    """Answers scripted as the bytes of their body, decoded by the request as kafka-python's
+    parser has it decode them (:meth:`LeanRequest.decode_answer`)."""
+
+    def send(self, node_id, request, timeout_ms=None):
+        step = super().send(node_id, request, timeout_ms)
+        request.API_VERSION = VERSIONS[request.name]
+        return request.decode_answer(memoryview(step), request.API_VERSION)
+
+
+VERSIONS = {"Metadata": 9, "ListOffsets": 6}
+
+
+def wire_metadata(topics: dict[str, int], **kwargs) -> bytes:
+    """The body of :func:`answer` (Metadata v9) as a broker sends it."""
+    return answer(topics, wire=True, **kwargs)
+
+
+def wire_offsets(rows: dict[str, list[tuple[int, int, int, int]]]) -> bytes:
+    """A ListOffsets v6 answer: topic -> (partition, error code, offset, leader epoch)."""
+    from kafka.protocol.consumer import ListOffsetsResponse as R
+
+    T = R.ListOffsetsTopicResponse
+    return R(version=6, throttle_time_ms=0, topics=[T(name=t, partitions=[
+        T.ListOffsetsPartitionResponse(partition_index=p, error_code=e, timestamp=-1, offset=o,
+                                       leader_epoch=ep) for p, e, o, ep in parts])
+        for t, parts in rows.items()]).encode(version=6)
+
+
+def test_an_unchanged_metadata_answer_is_not_decoded_again(monkeypatch):
+    from kafka_source.wire.net.planning_protocol import LeanMetadataRequest
+
+    decoded = []
+    original = LeanMetadataRequest.decode_body.__func__
+    monkeypatch.setattr(LeanMetadataRequest, "decode_body", classmethod(
+        lambda cls, buf, version: decoded.append(version) or original(cls, buf, version)))
+    same = wire_metadata({"t": 0}, epoch=3, partitions=3)
+    with OffTheWire(same, same, wire_metadata({"t": 0}, epoch=4, partitions=3), same) as client:
+        client.view = type(client.view)(confirm_ms=5_000)
+        first = client.metadata(["t"])
+        again = client.metadata(["t"])
+        assert len(decoded) == 1 and again == first
+        assert [p.leader_epoch for p in again["t"].partitions.values()] == [3, 3, 3]
+        # Other bytes (a leader election): decoded, and taken in
+        moved = client.metadata(["t"])
+        assert len(decoded) == 2 and moved["t"].partitions[0].leader_epoch == 4
+        assert client.view.epoch(("t", 0)) == 4
+        # The first bytes again are not the last answer any more: decoded, and doubted
+        with pytest.raises(RetriableBrokerError, match="older view.*t-0 epoch 3 < 4"):
+            client.metadata(["t"])
+        assert len(decoded) == 3
+
+
+def test_a_reused_metadata_answer_is_still_checked_against_what_was_seen_since():
+    # The answer to ["t"] is kept; an answer to another question shows a newer leader epoch;
+    # the same bytes for ["t"] again are not decoded, but still doubted.
+    old = wire_metadata({"t": 0}, epoch=3)
+    with OffTheWire(old, wire_metadata({"t": 0, "u": 0}, epoch=4), old) as client:
+        client.view = type(client.view)(confirm_ms=5_000)
+        client.metadata(["t"])
+        client.metadata(["t", "u"])
+        with pytest.raises(RetriableBrokerError, match="older view.*t-0 epoch 3 < 4"):
+            client.metadata(["t"])
+
+
+def test_a_reused_metadata_answer_can_be_changed_by_its_caller_without_harm():
+    same = wire_metadata({"t": 0})
+    with OffTheWire(same, same) as client:
+        client.metadata(["t"]).clear()
+        assert list(client.metadata(["t"])) == ["t"]
+
+
+def test_list_offsets_routes_partitions_of_interleaved_topics_to_their_leaders():
+    # Metadata: t-0, u-0 led by 1; t-1, u-1 led by 2. The offsets asked for interleave the
+    # topics; each leader gets one request with its own partitions, each with its epoch.
+    from kafka.protocol.metadata import MetadataResponse as R
+
+    P = R.MetadataResponseTopic.MetadataResponsePartition
+    body = R(version=9, throttle_time_ms=0, cluster_id="c", controller_id=1,
+             brokers=[R.MetadataResponseBroker(node_id=n, host="h", port=n, rack=None)
+                      for n in (1, 2)],
+             topics=[R.MetadataResponseTopic(error_code=0, name=t, is_internal=False, partitions=[
+                 P(error_code=0, partition_index=i, leader_id=1 + i, leader_epoch=5 + i,
+                   replica_nodes=[1, 2], isr_nodes=[1, 2], offline_replicas=[])
+                 for i in (0, 1)]) for t in ("t", "u")]).encode(version=9)
+    asked = []
+
+    class Recording(OffTheWire):
+        def send(self, node_id, request, timeout_ms=None):
+            if request.name == "ListOffsets":
+                asked.append((node_id, {t: list(p) for t, p in request.partitions.items()}))
+            return super().send(node_id, request, timeout_ms)
+
+    with Recording(body, wire_offsets({"t": [(0, 0, 10, 5)], "u": [(0, 0, 30, 5)]}),
+                   wire_offsets({"u": [(1, 0, 40, 6)], "t": [(1, 0, 20, 6)]})) as client:
+        client.topic_metadata(["t", "u"], NO_WAIT)
+        epochs = {}
+        got = client.list_offsets({("t", 0): -1, ("u", 1): -1, ("t", 1): -2, ("u", 0): 7},
+                                  read_committed=False, epochs=epochs)
+    assert asked == [(1, {"t": [(0, 5, -1)], "u": [(0, 5, 7)]}),
+                     (2, {"u": [(1, 6, -1)], "t": [(1, 6, -2)]})]
+    assert got == {("t", 0): (10, -1), ("u", 0): (30, -1), ("u", 1): (40, -1),
+                   ("t", 1): (20, -1)}
+    assert epochs == {("t", 0): 5, ("u", 0): 5, ("u", 1): 6, ("t", 1): 6}
+
+
+@pytest.mark.parametrize("code, error", [(NOT_LEADER_FOR_PARTITION, BrokerUnavailableError),
+                                         (29, TopicError)])   # TOPIC_AUTHORIZATION_FAILED
+def test_a_partition_error_in_a_list_offsets_answer_off_the_wire_names_the_partition(code, error):
+    with OffTheWire(wire_metadata({"t": 0}, partitions=3),
+                    wire_offsets({"t": [(0, 0, 1, 0), (1, 0, 2, 0), (2, code, -1, -1)]})) as client:
+        client.topic_metadata(["t"], NO_WAIT)
+        with pytest.raises(error, match="t-2"):
+            client.list_offsets({("t", p): -1 for p in range(3)}, read_committed=False,
+                                retries=Retries(count=0, interval_ms=0, window_ms=0))

@@ -183,6 +183,10 @@ def test_list_offsets_answers_decode_to_kafkas_fields(version):
         ("orders", [(0, 0, -1, 1_234_567_890_123, 4 if version >= 4 else -1),
                     (5, 74, -1, -1, -1)]),
         ("payments", [(2, 0, 1_700_000_000_000, 42, 0 if version >= 4 else -1)])]
+    # What the client reads: the same fields, first in each row
+    assert [[r[:5] for r in t.rows] for t in ours.topics] == [
+        [(p.partition_index, p.error_code, p.timestamp, p.offset, p.leader_epoch)
+         for p in t.partitions] for t in ours.topics]
 
 
 # Names of 126 bytes and arrays of 126 entries are the longest with a one-byte compact length

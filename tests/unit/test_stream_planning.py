@@ -1644,6 +1644,27 @@ def test_partitions_uses_at_most_the_parallelism_for_a_big_micro_batch():
     assert len(reader.partitions(start, end)) == 8
 
 
+def test_partitions_gives_each_task_the_ranges_of_one_leader_as_this_trigger_found_them():
+    # t-0 and t-2 led by broker 1, t-1 and t-3 by broker 2: two tasks, one per leader, as the
+    # trigger's Metadata answer has them (no request of their own).
+    tps = [("t", p) for p in range(4)]
+    cluster = Cluster({tp: 100 for tp in tps})
+    cluster.leaders_by_partition = {("t", 1): 2, ("t", 3): 2}
+    reader = make_reader(cluster, FakeMember(tps), minPartitions="2")
+    start = o(t={p: 0 for p in range(4)})
+    end = reader.latestOffset(start, ReadAllAvailable())
+    calls = len(cluster.metadata_calls)
+    got = [sorted(r.partition for r in p.ranges) for p in reader.partitions(start, end)]
+    assert got == [[0, 2], [1, 3]] and len(cluster.metadata_calls) == calls
+    # Leaders since moved: the next trigger's answer decides
+    cluster.leaders_by_partition = {("t", 2): 2, ("t", 3): 2}
+    for tp in tps:
+        cluster.set(tp, 200)
+    later = reader.latestOffset(end, ReadAllAvailable())
+    got = [sorted(r.partition for r in p.ranges) for p in reader.partitions(end, later)]
+    assert got == [[0, 1], [2, 3]]
+
+
 def test_partitions_applies_min_partitions_and_max_records_per_partition():
     start, end = o(t={0: 0, 1: 0}), o(t={0: 100, 1: 10})
     reader = make_reader(Cluster(), FakeMember(), minPartitions="4")

@@ -36,6 +36,7 @@ fix surfaces at once as :class:`~kafka_source.errors.BrokerSecurityError`
 from __future__ import annotations
 
 import logging
+import operator
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, NamedTuple, TypeVar
@@ -86,6 +87,20 @@ class TopicInfo:
     topic_id: bytes | None = None
 
 
+_SECOND = operator.itemgetter(1)
+
+
+def _offsets_rows(topic) -> list[tuple]:
+    """A ListOffsets answer's topic as rows of (partition, error code, timestamp, offset,
+    leader epoch, ...): this package's decoding has them (``rows``); kafka-python's (v1+)
+    has objects."""
+    rows = getattr(topic, "rows", None)
+    if rows is not None:
+        return rows
+    return [(p.partition_index, p.error_code, p.timestamp, p.offset,
+             getattr(p, "leader_epoch", -1)) for p in topic.partitions]
+
+
 class UnsettledMetadata(RetriableBrokerError):
     """A Metadata answer not believed yet (:mod:`kafka_source.wire.net.metadata_view`): stale, or
     lacking topics or partitions that existed. ``infos`` is what it said: when the retries run
@@ -102,8 +117,10 @@ def error_for(code: int) -> type[Errors.KafkaError]:
 
 T = TypeVar("T")
 _MIN_PAUSE_MS = 100
-# ListOffsets routed by a Metadata answer at most this old (:meth:`BrokerClient._by_leader`).
+# ListOffsets routed by a Metadata answer at most this old (:meth:`BrokerClient._cached_routes`).
 _FRESH_LEADERS_MS = 1_000
+#: How many Metadata questions (sets of topics) keep their last answer for the next one
+_METADATA_MEMOS = 4
 
 
 @dataclass(frozen=True)
@@ -185,8 +202,6 @@ class BrokerClient:
         self._net, self._connections = self._network(settings)
         self._bootstrapped = False
         self._fetch_connections = None
-        # The leader of every partition looked up so far (planning orders tasks by it).
-        self.known_leaders: dict[TopicPartition, int] = {}
         # Leader epochs and partitions seen; how far to believe the next answer.
         self.view = MetadataView(confirm_ms_for(self.request_timeout_ms))
         self.last_node = None                # the broker the last request went to
@@ -194,6 +209,9 @@ class BrokerClient:
         # The leaders of every partition of each topic in the last Metadata answer that named
         # it: topic -> (monotonic time, {partition: leader}) (:meth:`cached_leaders`).
         self._leader_cache: dict[str, tuple[float, dict[int, int]]] = {}
+        # The last Metadata answers, per question (the topics asked for): their bytes, the
+        # answer and what metadata() took from it (see LeanMetadataRequest's ``same_as``).
+        self._metadata_memo: dict[tuple[str, ...] | None, tuple] = {}
 
     def _network(self, settings: Mapping[str, object]):
         """kafka-python's network client for ``settings`` with our connection manager (TLS
@@ -448,7 +466,11 @@ class BrokerClient:
         it has an older leader epoch for a partition than seen before.
         """
         names = None if topics is None else sorted(set(topics))
-        request = LeanMetadataRequest(names)    # :mod:`.planning_protocol`: grows with partitions
+        key = None if names is None else tuple(names)
+        memo = self._metadata_memo.get(key)
+        # :mod:`.planning_protocol`: grows with partitions; an answer the same as the last one
+        # to the same question is not decoded again
+        request = LeanMetadataRequest(names, None if memo is None else memo[:2])
         if node is None:
             node = self._metadata_node()
         try:
@@ -468,6 +490,38 @@ class BrokerClient:
             self.view.avoid = node
             raise RetriableBrokerError(f"broker {node} answered Metadata with "
                                        f"{error_for(response.error_code).__name__}")
+        if memo is not None and response is memo[1]:
+            # The same bytes as the last answer to this question: what was taken from it then
+            # (nothing below changes it). The checks against the view still run: another
+            # answer may have shown newer epochs or ids since.
+            result, ids, epochs, leaders = memo[2]
+        else:
+            result, ids, epochs, leaders = self._take_in(response)
+            if isinstance(request.body, bytes):
+                self._metadata_memo.pop(key, None)
+                while len(self._metadata_memo) >= _METADATA_MEMOS:
+                    del self._metadata_memo[next(iter(self._metadata_memo))]
+                self._metadata_memo[key] = (request.body, response,
+                                            (result, ids, epochs, leaders))
+        try:
+            self.view.check_topic_ids(node, ids)
+            self.view.check_epochs(node, epochs)
+        except UnconfirmedAnswer as exc:
+            raise UnsettledMetadata(str(exc)) from None
+        # kafka-python's cluster needs the brokers (to connect), not the partitions: the
+        # connector routes its requests itself, and taking them in cost as much as decoding
+        self._net.cluster.update_metadata(brokers_only(response))
+        self.view.seen(result)
+        self.last_metadata_node = node
+        now = time.monotonic()
+        for topic, led in leaders.items():
+            self._leader_cache[topic] = (now, led)
+        return dict(result)
+
+    @staticmethod
+    def _take_in(response) -> tuple[dict, dict, dict, dict]:
+        """What :meth:`metadata` takes from an answer: the topics' :class:`TopicInfo`, the ids
+        of those without error, every partition's leader epoch, and each topic's leaders."""
         # One pass over the answer builds everything taken from it: with a pattern over
         # thousands of topics each pass cost about as much as decoding the answer.
         result, ids, epochs, leaders = {}, {}, {}, {}
@@ -486,20 +540,7 @@ class BrokerClient:
             if not error_code:
                 ids[name] = topic_id
                 leaders[name] = led
-        try:
-            self.view.check_topic_ids(node, ids)
-            self.view.check_epochs(node, epochs)
-        except UnconfirmedAnswer as exc:
-            raise UnsettledMetadata(str(exc)) from None
-        # kafka-python's cluster needs the brokers (to connect), not the partitions: the
-        # connector routes its requests itself, and taking them in cost as much as decoding
-        self._net.cluster.update_metadata(brokers_only(response))
-        self.view.seen(result)
-        self.last_metadata_node = node
-        now = time.monotonic()
-        for topic, led in leaders.items():
-            self._leader_cache[topic] = (now, led)
-        return result
+        return result, ids, epochs, leaders
 
     def _metadata_node(self):
         """Where to send Metadata: after a doubted answer or a failure, each of the other known
@@ -598,7 +639,6 @@ class BrokerClient:
             if part.leader < 0:
                 raise RetriableBrokerError(f"{topic}-{partition} has no leader")
             result[(topic, partition)] = part.leader
-        self.known_leaders.update(result)
         return result
 
     def cached_leaders(self, partitions: Iterable[TopicPartition],
@@ -606,7 +646,7 @@ class BrokerClient:
         """The leaders of those ``partitions`` that a Metadata answer at most ``max_age_ms``
         old named (for the whole topic, whatever partitions it was asked for).
 
-        For ListOffsets right after a trigger's Metadata (:meth:`_by_leader`), and for an
+        For ListOffsets right after a trigger's Metadata (:meth:`_cached_routes`), and for an
         executor's fetch loop (:class:`kafka_source.read.fetcher.RangeFetcher`): a
         Python worker runs task after task on the same client, and looking the leaders up
         again for each one cost a Metadata request for every topic read -- at 10,000
@@ -715,26 +755,44 @@ class BrokerClient:
         return retries.run(lambda: self._list_offsets_once(targets, read_committed, epochs),
                            what="fetch offsets", where=self.bootstrap_servers)
 
-    def _by_leader(self, tps: Iterable[TopicPartition],
-                   reuse: bool = False) -> dict[int, list[TopicPartition]]:
-        """``tps`` grouped by their current leader: one request per leader.
-
-        ``reuse`` (ListOffsets): the leaders come from a Metadata answer at most
-        ``_FRESH_LEADERS_MS`` old when it names a leader for every one of them
-        (:meth:`cached_leaders`), as Java's consumer routes ListOffsets by its cached metadata.
-        A stream's trigger asks for its topics' metadata and then for their latest offsets;
-        asking for the same metadata twice cost a second round trip and a second parse of
-        every partition (about 11 ms at 1,000 partitions, growing with them). Otherwise, and
-        after any retriable failure (:meth:`_list_offsets_once` forgets the topics), they are
-        looked up (:meth:`leaders`)."""
-        tps = list(tps)
-        leaders = self.cached_leaders(tps, _FRESH_LEADERS_MS) if reuse else {}
-        if len(leaders) < len(set(tps)):
-            leaders = self.leaders(tps)
+    def _by_leader(self, tps: Iterable[TopicPartition]) -> dict[int, list[TopicPartition]]:
+        """``tps`` grouped by their current leader (:meth:`leaders`): one request per leader."""
         by_leader: dict[int, list[TopicPartition]] = {}
-        for tp, leader in leaders.items():
+        for tp, leader in self.leaders(list(tps)).items():
             by_leader.setdefault(leader, []).append(tp)
         return by_leader
+
+    def _cached_routes(self, targets: Mapping[TopicPartition, int]
+                       ) -> dict[int, dict[str, list[tuple[int, int, int]]]] | None:
+        """ListOffsets' requests, ``{leader: {topic: [(partition, current leader epoch,
+        target)]}}``, routed by a Metadata answer at most ``_FRESH_LEADERS_MS`` old
+        (:meth:`cached_leaders`), as Java's consumer routes ListOffsets by its cached metadata;
+        None when that answer names no leader for one of them. A stream's trigger asks for its
+        topics' metadata and then for their latest offsets: asking for the same metadata twice
+        cost a second round trip and a second parse of every partition (about 11 ms at 1,000
+        partitions, growing with them). One pass over the partitions, which come grouped by
+        topic (at 10,000 partitions, looking each one's leader up, grouping them by leader and
+        then building the requests took 15-20 ms)."""
+        now = time.monotonic()
+        epoch = self.view.epochs.get
+        cache = self._leader_cache
+        routes: dict[int, dict[str, list]] = {}
+        topic, leaders, lists = None, {}, {}
+        for tp, target in targets.items():
+            t, p = tp
+            if t != topic:
+                entry = cache.get(t)
+                if entry is None or (now - entry[0]) * 1000 > _FRESH_LEADERS_MS:
+                    return None
+                topic, leaders, lists = t, entry[1], {}
+            leader = leaders.get(p)
+            if leader is None:
+                return None
+            rows = lists.get(leader)
+            if rows is None:
+                rows = lists[leader] = routes.setdefault(leader, {}).setdefault(t, [])
+            rows.append((p, epoch(tp, -1), target))
+        return routes
 
     def _list_offsets_once(self, targets, read_committed, epochs=None):
         if not targets:
@@ -747,33 +805,35 @@ class BrokerClient:
             raise
 
     def _list_offsets_by_leader(self, targets, read_committed, epochs):
-        by_leader = self._by_leader(targets, reuse=True)
-        epoch = self.view.epoch
+        # Each partition goes with the newest leader epoch seen (KIP-320): a broker with
+        # another epoch answers FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH (retriable)
+        # instead of its own log's offsets.
+        routes = self._cached_routes(targets)
+        if routes is None:
+            epoch = self.view.epoch
+            routes = {}
+            for leader, tps in self._by_leader(targets).items():
+                topics = routes.setdefault(leader, {})
+                for tp in tps:
+                    topics.setdefault(tp[0], []).append((tp[1], epoch(tp), targets[tp]))
         result = {}
-        for leader, tps in by_leader.items():
-            topics: dict[str, list] = {}
-            for tp in tps:
-                # KIP-320: a broker with another epoch answers FENCED_LEADER_EPOCH or
-                # UNKNOWN_LEADER_EPOCH (retriable) instead of its own log's offsets.
-                topics.setdefault(tp[0], []).append((tp[1], epoch(tp), targets[tp]))
+        for leader, topics in routes.items():
             request = LeanListOffsetsRequest(topics, read_committed=read_committed,
                                              timeout_ms=self.request_timeout_ms)
             response = self.send(leader, request)
             for topic in response.topics:
-                for p in topic.partitions:
-                    if p.error_code != 0:
-                        err = error_for(p.error_code)
+                name, rows = topic.name, _offsets_rows(topic)
+                for r in (rows if any(map(_SECOND, rows)) else ()):    # errors: rare
+                    if r[1]:
+                        err = error_for(r[1])
                         if getattr(err, "retriable", False):
-                            raise RetriableBrokerError(f"{topic.name}-{p.partition_index}: "
-                                                       f"{err.__name__}")
-                        raise TopicError(f"Could not list offsets of {topic.name}-"
-                                         f"{p.partition_index}: {err.__name__}")
-                    offset = p.offset if response.version >= 1 else (
-                        p.old_style_offsets[0] if p.old_style_offsets else -1)
-                    result[(topic.name, p.partition_index)] = (offset, p.timestamp)
-                    if epochs is not None:
-                        epochs[(topic.name, p.partition_index)] = (
-                            p.leader_epoch if response.version >= 4 else -1)
+                            raise RetriableBrokerError(f"{name}-{r[0]}: {err.__name__}")
+                        raise TopicError(f"Could not list offsets of {name}-{r[0]}: "
+                                         f"{err.__name__}")
+                # Rows are (partition, error code, timestamp, offset, leader epoch, ...)
+                result.update({(name, r[0]): (r[3], r[2]) for r in rows})
+                if epochs is not None:
+                    epochs.update({(name, r[0]): r[4] for r in rows})
         return result
 
     def epoch_end_offsets(self, epochs: Mapping[TopicPartition, int], *,

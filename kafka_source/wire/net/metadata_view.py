@@ -144,6 +144,11 @@ class MetadataView:
         """The newest leader epoch seen for ``tp``; -1 if none (a broker before Kafka 2.1)."""
         return self._epochs.get(tp, -1)
 
+    @property
+    def epochs(self) -> Mapping[TopicPartition, int]:
+        """Every newest leader epoch seen (read only): :meth:`epoch` for many partitions."""
+        return self._epochs
+
     def check_epochs(self, node, epochs: Mapping[TopicPartition, int]) -> None:
         """Raise :class:`UnconfirmedAnswer` when ``node`` answered an older leader epoch than
         one already seen (for no longer than :attr:`confirm_ms`); else remember the epochs."""
