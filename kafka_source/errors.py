@@ -66,7 +66,8 @@ class BrokerUnreachableError(RetriableBrokerError):
     group join that gives up on it says so with :class:`BrokerUnavailableError`, which tells the
     stream reader not to retry its last commit against it on the way out.
 
-    Raised by the request client (:meth:`kafka_source.wire.net.client.BrokerClient.send`), which
-    the driver's planning and group calls go through. The executors' fetch connections raise
+    Raised by the request client
+    (:meth:`kafka_source.wire.net.transport.BrokerTransport.send`), which the driver's planning
+    and group calls go through. The executors' fetch connections raise
     plain :class:`RetriableBrokerError` for the same failures: nothing there depends on telling
     the two apart."""

@@ -1,11 +1,10 @@
-"""A small Kafka protocol client shared by the driver (planning) and the executors (fetching).
-
-It wraps kafka-python's network layer (connections, TLS/SASL, API version negotiation) and its
-protocol message classes, and adds what this source needs on top: a bootstrap that fails within a
-bounded time naming the address, metadata for named topics without auto-creating them, ListOffsets
-grouped by partition leader, and the executors' dedicated Fetch connections, which kafka-python
-sets up (TLS, SASL) and the fetch loop then reads from directly
-(:mod:`kafka_source.wire.net.fetch_connection`).
+"""A small Kafka protocol client shared by the driver (planning) and the executors (fetching):
+what they ask the cluster. Metadata for named topics without auto-creating them, partition
+leaders, coordinators, a group's committed offsets, ListOffsets grouped by partition leader,
+OffsetsForLeaderEpoch, and the executors' dedicated Fetch connections, which kafka-python sets
+up (TLS, SASL) and the fetch loop then reads from directly
+(:mod:`kafka_source.wire.net.fetch_connection`). The connections and the sending of requests
+are :mod:`kafka_source.wire.net.transport`'s.
 
 Brokers restart (upgrades, rolling restarts, crashes), and for a while they give answers that
 look final but are not. Measured on Kafka 4.0 (KRaft): during a controlled shutdown Metadata
@@ -24,13 +23,6 @@ checked against the broker's whole topic list, before either is believed; answer
 leader epochs than seen are stale (:mod:`kafka_source.wire.net.metadata_view`). :class:`Retries` is the one
 bounded retry policy the driver's planning uses for all of this (``fetchOffset.numRetries``,
 ``fetchOffset.retryIntervalMs``, at least ``kafka.request.timeout.ms``).
-
-Every connection of a client -- the driver's planning, an executor's fetch connections, the
-group member's coordinator and heartbeat connections -- is made here, so this is where the TLS
-context is built from the client settings (:mod:`kafka_source.wire.net.tls`), where secrets are
-revealed to kafka-python (and nowhere else), and where a TLS or SASL failure that no retry can
-fix surfaces at once as :class:`~kafka_source.errors.BrokerSecurityError`
-(:mod:`kafka_source.wire.net.handshake`).
 """
 
 from __future__ import annotations
@@ -42,21 +34,13 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, NamedTuple, TypeVar
 
 import kafka.errors as Errors
-from kafka.net.compat import KafkaNetClient
-from kafka.net.selector import NetworkSelector
 from kafka.protocol.consumer import OffsetForLeaderEpochRequest
 from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest
 
-from ...config.client_config import TLS_SETTINGS, connection_settings, uses_tls
-from ...config.secrets import reveal
-from ...errors import (BrokerSecurityError, BrokerUnavailableError, BrokerUnreachableError,
-                       RetriableBrokerError, TopicError, TopicNotFoundError)
-from .handshake import ConnectionManager
+from ...errors import BrokerUnavailableError, RetriableBrokerError, TopicError, TopicNotFoundError
 from .metadata_view import MetadataView, UnconfirmedAnswer, confirm_ms_for
-from .oauth import token_provider
 from .planning_protocol import LeanListOffsetsRequest, LeanMetadataRequest, brokers_only
-from .reauth import reauthentication_due, start_reauthentication
-from .tls import ssl_context
+from .transport import BrokerTransport
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +49,6 @@ TopicPartition = tuple[str, int]
 # ListOffsets special timestamps.
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
-
-_RETRIABLE_NETWORK_ERRORS = (Errors.KafkaConnectionError, Errors.NodeNotReadyError,
-                             Errors.KafkaTimeoutError, Errors.RequestTimedOutError)
 
 
 class PartitionInfo(NamedTuple):
@@ -184,27 +165,15 @@ def readable_topic(topic: str, info: TopicInfo | None, bootstrap_servers: str) -
                      f"({getattr(err, 'description', '')}).")
 
 
-class BrokerClient:
-    """Connections to one Kafka cluster. Not thread-safe: use one per thread."""
+class BrokerClient(BrokerTransport):
+    """A client of one Kafka cluster (:class:`~kafka_source.wire.net.transport.BrokerTransport`
+    for its connections and requests) that asks what planning and the group need. Not
+    thread-safe: use one per thread."""
 
     def __init__(self, config: Mapping[str, object]):
-        settings = connection_settings(config)
-        tls = {k: settings.pop(k) for k in list(settings) if k in TLS_SETTINGS}
-        oauth = settings.pop("sasl_oauthbearer", None)
-        settings = {k: reveal(v) for k, v in settings.items()}
-        settings["ssl_context"] = ssl_context(tls) if uses_tls(config) else None
-        if oauth is not None:
-            settings["sasl_oauth_token_provider"] = token_provider(oauth)
-        self.bootstrap_servers = str(settings["bootstrap_servers"])
-        self.request_timeout_ms = int(settings.get("request_timeout_ms", 30_000))
-        self._settings = settings
-        self._tls = tls
-        self._net, self._connections = self._network(settings)
-        self._bootstrapped = False
-        self._fetch_connections = None
+        super().__init__(config)
         # Leader epochs and partitions seen; how far to believe the next answer.
         self.view = MetadataView(confirm_ms_for(self.request_timeout_ms))
-        self.last_node = None                # the broker the last request went to
         self.last_metadata_node = None       # the broker that gave the last Metadata answer
         # The leaders of every partition of each topic in the last Metadata answer that named
         # it: topic -> (monotonic time, {partition: leader}) (:meth:`cached_leaders`).
@@ -212,245 +181,6 @@ class BrokerClient:
         # The last Metadata answers, per question (the topics asked for): their bytes, the
         # answer and what metadata() took from it (see LeanMetadataRequest's ``same_as``).
         self._metadata_memo: dict[tuple[str, ...] | None, tuple] = {}
-
-    def _network(self, settings: Mapping[str, object]):
-        """kafka-python's network client for ``settings`` with our connection manager (TLS
-        from the trust/key stores, failures diagnosed: :mod:`kafka_source.wire.net.handshake`)."""
-        selector = NetworkSelector(**settings)
-        manager = ConnectionManager(selector, tls_settings=self._tls, **settings)
-        return KafkaNetClient(net=selector, manager=manager), manager
-
-    # --- lifecycle ------------------------------------------------------------------------
-
-    def bootstrap(self, timeout_ms: int | None = None) -> None:
-        if self._bootstrapped:
-            return
-        timeout_ms = self.request_timeout_ms if timeout_ms is None else timeout_ms
-        try:
-            self._connections.bootstrap(timeout_ms)
-        except BrokerSecurityError as exc:
-            raise BrokerSecurityError(str(exc)) from None  # a fresh one: no stacked tracebacks
-        except Errors.KafkaTimeoutError:
-            last = self._connections.last_failure
-            raise BrokerUnavailableError(
-                f"Could not reach any Kafka broker at '{self.bootstrap_servers}' (option "
-                f"'kafka.bootstrap.servers') within {timeout_ms / 1000:.0f} s. Check the "
-                "host:port list, that the brokers are up and reachable from this machine, and "
-                "'kafka.security.protocol' if they need TLS or SASL."
-                + (f" Last error: {last}." if last else "")) from None
-        except Errors.KafkaError as exc:
-            raise BrokerUnavailableError(
-                f"Could not connect to Kafka at '{self.bootstrap_servers}' (option "
-                f"'kafka.bootstrap.servers'): {exc}") from exc
-        self._bootstrapped = True
-
-    def close(self) -> None:
-        try:
-            if self._fetch_connections is not None:
-                self._fetch_connections.close()
-            self._net.close()
-        except Exception:  # closing must never mask the real outcome
-            log.debug("error closing Kafka client", exc_info=True)
-
-    def __enter__(self) -> "BrokerClient":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    # --- raw requests ----------------------------------------------------------------------
-
-    def send(self, node_id: int | None, request, timeout_ms: int | None = None):
-        """Send ``request`` to ``node_id`` (any broker when None) and wait for the response,
-        at most ``timeout_ms`` (default ``kafka.request.timeout.ms``).
-
-        The timeout is the request's own, also on the connection: kafka-python would otherwise
-        time every request out after the client-wide request timeout, cutting short a JoinGroup
-        that the coordinator rightly holds for up to the rebalance timeout.
-        Network failures, and a ``node_id`` that the cluster's metadata no longer lists, are
-        raised as :class:`RetriableBrokerError`.
-        """
-        self.bootstrap()
-        timeout_ms = self.request_timeout_ms if timeout_ms is None else timeout_ms
-        net = self._net
-        if node_id is None:
-            node_id = net.least_loaded_node(bootstrap_fallback=True)
-        self.last_node = node_id
-        started = time.monotonic()
-        try:
-            try:
-                net.await_ready(node_id, timeout_ms=timeout_ms)
-            except Errors.KafkaConnectionError:
-                raise Errors.KafkaConnectionError(self._not_connected(node_id, started)) from None
-            self._reauthenticate_if_due(node_id)
-            future = net._manager.send(request, node_id=node_id, request_timeout_ms=timeout_ms)
-            net._net.poll(timeout_ms=timeout_ms, future=future)
-            if future.failed():
-                raise future.exception
-            if not future.succeeded():
-                raise Errors.KafkaTimeoutError(f"no response within {timeout_ms} ms")
-            return future.value
-        except BrokerSecurityError as exc:  # kafka-python re-raises the one it keeps per node
-            raise BrokerSecurityError(str(exc)) from None
-        except Errors.UnknownBrokerIdError:
-            # The request was routed by an answer that named ``node_id`` (a leader, a
-            # coordinator), and a later Metadata answer no longer lists it: a broker that died
-            # and left the cluster in between (in ZooKeeper mode, once its session expired).
-            # Its partitions have other leaders by now: retriable, with the leaders looked up.
-            raise BrokerUnreachableError(
-                f"broker {node_id}: no longer in the cluster's metadata (it left the cluster; "
-                "the request was routed by an older answer)") from None
-        except _RETRIABLE_NETWORK_ERRORS as exc:
-            fatal = self._connections.auth_failure(node_id)
-            if fatal is not None:
-                raise BrokerSecurityError(str(fatal)) from None
-            raise BrokerUnreachableError(f"broker {node_id}: {exc}") from exc
-
-    def _reauthenticate_if_due(self, node_id) -> None:
-        """Start the SASL re-authentication of ``node_id``'s connection first when it is due.
-
-        A broker ends a SASL session when its credential expires (an OAUTHBEARER token's
-        ``exp``, or ``connections.max.reauth.ms``; KIP-368): a request that arrives after that
-        makes it close the connection, while a re-authentication is still accepted.
-        kafka-python re-authenticates on a timer of its event loop, which runs only while this
-        client polls, and which can be late (:mod:`kafka_source.wire.net.reauth`); a client
-        idle between micro-batches would otherwise send its next request first and lose the
-        connection. Java's client re-authenticates before sending for the same reason. Running
-        the loop once starts the exchange, and kafka-python holds the request until it is
-        done. (The connection checks again for every request handed to it, kafka-python's own
-        included: :func:`kafka_source.wire.net.reauth.track_sessions`.)"""
-        conn = self._connections._conns.get(node_id)
-        if conn is not None and reauthentication_due(conn):
-            start_reauthentication(conn)
-            self._net._net.poll(timeout_ms=0)
-
-    def _not_connected(self, node_id, started: float) -> str:
-        """Why ``node_id`` could not be used, truthfully timed. kafka-python says "not ready
-        after <the timeout> ms" also when a refused connection failed at once, or when it did
-        not try at all because the node is in its reconnect backoff after a failed attempt --
-        which is what a fault's log would otherwise show for every request to a dead broker."""
-        manager = self._connections
-        text = f"no connection after {(time.monotonic() - started) * 1000:.0f} ms"
-        failure = manager.failures.get(node_id)
-        if failure is not None and failure[0] >= started - 60:
-            text += f"; last failure {time.monotonic() - failure[0]:.1f} s ago: {failure[1]}"
-        delay_s = manager.connection_delay(node_id)
-        if delay_s > 0:
-            text += f"; next attempt in {delay_s * 1000:.0f} ms (reconnect backoff)"
-        return text
-
-    # --- pipelined requests (the sink's producer) -------------------------------------------
-    #
-    # :meth:`send` waits for each response. The producer instead keeps several Produce requests
-    # in flight per broker and drives the network between the writer's calls, so it sends
-    # without waiting (:meth:`send_async`), asks whether a broker can take a request now
-    # (:meth:`node_ready`) and polls the network itself (:meth:`poll`).
-
-    def set_max_in_flight(self, requests: int) -> None:
-        """Allow ``requests`` requests in flight per connection on connections opened from now
-        on (kafka-python's default is 5). The producer keeps its own, lower, limit on Produce
-        requests, so that a Metadata or InitProducerId request always finds room."""
-        self._connections.config["max_in_flight_requests_per_connection"] = int(requests)
-
-    def node_ready(self, node_id) -> bool:
-        """Whether a request to broker ``node_id`` can be written now; if it is not connected,
-        starts connecting (a later call answers True once connected). Raises
-        :class:`BrokerSecurityError` for a TLS or SASL failure that no retry can fix."""
-        self.bootstrap()
-        fatal = self._connections.auth_failure(node_id)
-        if fatal is not None:
-            raise BrokerSecurityError(str(fatal))
-        if self._net.is_ready(node_id):
-            return True
-        try:
-            self._net.maybe_connect(node_id)
-        except Errors.KafkaError as exc:        # e.g. a broker id no longer in the metadata
-            log.debug("cannot connect to broker %s yet: %s", node_id, exc)
-        return False
-
-    def node_failing(self, node_id) -> bool:
-        """Whether connecting to broker ``node_id`` failed since it last succeeded (the client
-        waits out a reconnect backoff before trying again): a broker that is down, restarting
-        or gone. The producer then asks for new metadata, as Kafka's Java client does on every
-        disconnect: the broker's partitions have other leaders by now."""
-        return node_id in self._connections._backoff
-
-    def send_async(self, node_id, request, timeout_ms: int | None = None):
-        """Send ``request`` to ``node_id`` without waiting: returns kafka-python's Future, which
-        :meth:`poll` completes with the response, or fails with a network error or after
-        ``timeout_ms`` (default ``kafka.request.timeout.ms``; the connection is then closed, as
-        in every Kafka client, which fails the other requests in flight on it too). A request
-        that expects no response (Produce with acks=0) succeeds with None once queued."""
-        self.bootstrap()
-        timeout_ms = self.request_timeout_ms if timeout_ms is None else timeout_ms
-        self._reauthenticate_if_due(node_id)
-        return self._net._manager.send(request, node_id=node_id, request_timeout_ms=timeout_ms)
-
-    def send_now(self, node_id, request, timeout_ms: int | None = None):
-        """:meth:`send_async`, with the request handed to the socket before returning: writing
-        is a task of kafka-python's event loop, which takes a poll or two to run. A few polls
-        that do not wait; bytes a full socket buffer did not take go out at the next poll."""
-        future = self.send_async(node_id, request, timeout_ms)
-        for _ in range(4):
-            if future.is_done or self.unsent_bytes(node_id) <= 0:
-                break
-            self.poll(0)
-        return future
-
-    def any_node(self):
-        """A broker for a request that any broker answers (FindCoordinator, Metadata): the
-        least loaded one, as :meth:`send` picks it for ``node_id`` None. For callers of
-        :meth:`send_async`, which need to know where their requests are in flight."""
-        self.bootstrap()
-        return self._net.least_loaded_node(bootstrap_fallback=True)
-
-    def in_flight_limit(self, node_id) -> int:
-        """How many requests may be in flight on the connection to ``node_id`` (kafka-python's
-        ``max_in_flight_requests_per_connection``, as it was when the connection opened): one
-        more sent with :meth:`send_async` fails at once (NodeNotReadyError, "Node paused"), so
-        callers that pipeline keep below it."""
-        conn = self._net._manager._conns.get(node_id)
-        config = conn.config if conn is not None else self._connections.config
-        return int(config.get("max_in_flight_requests_per_connection", 5))
-
-    def api_version(self, request_class) -> int:
-        """The version of ``request_class`` requests are sent with: the highest that both
-        kafka-python and the brokers support (ApiVersions at bootstrap); -1 if the brokers
-        have none. For a caller whose request takes another shape from some version on
-        (FindCoordinator with many keys from v4)."""
-        self.bootstrap()
-        versions = self._connections.broker_version_data
-        if versions is None:
-            return -1
-        try:
-            return versions.api_version(request_class)
-        except Errors.IncompatibleBrokerVersion:
-            return -1
-
-    def coordinator_node(self, answer, key_type: CoordinatorType, key: str) -> str | int:
-        """The node id to send ``key``'s requests to, from a FindCoordinator ``answer`` without
-        error (the response before v4, one of its ``coordinators`` from v4): a coordinator
-        connection of its own, as kafka-python keeps it."""
-        return self._net.cluster.add_coordinator(answer, key_type, key)
-
-    def poll(self, timeout_ms: float) -> None:
-        """Do the network I/O that is possible now, waiting at most ``timeout_ms`` for some."""
-        self._net._net.poll(timeout_ms=max(0, timeout_ms))
-
-    def unsent_bytes(self, node_id) -> int:
-        """Bytes of requests to ``node_id`` not yet handed to the socket (plus one for each
-        request still waiting for the connection to be set up): 0 once everything was written,
-        -1 when there is no open connection to it (what was queued on a closed one is lost).
-        With acks=0 this is how the producer knows its records have at least left the
-        process."""
-        conn = self._net._manager._conns.get(node_id)
-        if conn is None or conn.closed:
-            return -1
-        pending = len(conn._request_buffer)
-        transport = conn.transport
-        if transport is not None:
-            pending += sum(len(chunk) for chunk in transport._write_buffer)
-        return pending
 
     # --- metadata --------------------------------------------------------------------------
 
