@@ -38,6 +38,20 @@ def _encode(offsets: Mapping[TopicPartition, int]) -> tuple[dict, Offsets]:
     return encoded, decoded
 
 
+def _encode_as(offsets: Mapping[TopicPartition, int], order: list[TopicPartition],
+               topics: list[tuple[str, list[str]]]) -> tuple[dict, Offsets]:
+    """:func:`_encode` of ``offsets`` whose partitions are those of an earlier call: in that
+    call's ``order``, with its ``topics`` (each with its partitions' names in order), in passes
+    that run in C. A stream's partitions stay the same from trigger to trigger while their
+    offsets move; sorting 10,000 of them and naming each again took 5-10 ms a trigger."""
+    values = list(map(int, map(offsets.__getitem__, order)))
+    encoded, at = {}, 0
+    for topic, names in topics:
+        encoded[topic] = dict(zip(names, values[at:at + len(names)]))
+        at += len(names)
+    return encoded, dict(zip(order, values))
+
+
 def decode_offsets(value: Mapping | None) -> Offsets:
     result: Offsets = {}
     for topic, parts in (value or {}).items():
@@ -60,6 +74,8 @@ class OffsetsJson:
 
     def __init__(self) -> None:
         self._recent: list[tuple[dict, Offsets]] = []     # (encoded, decoded), newest last
+        # The partitions last sorted: (their set, them in order, each topic's partition names)
+        self._layout: tuple[frozenset, list, list[tuple[str, list[str]]]] | None = None
 
     def encode(self, offsets: Mapping[TopicPartition, int]) -> dict:
         for encoded, decoded in reversed(self._recent):
@@ -67,7 +83,13 @@ class OffsetsJson:
             # are usually the end): a copy of that JSON, not a sort of every partition.
             if decoded == offsets:
                 return {topic: dict(parts) for topic, parts in encoded.items()}
-        encoded, decoded = _encode(offsets)
+        layout = self._layout
+        if layout is not None and offsets.keys() == layout[0]:
+            encoded, decoded = _encode_as(offsets, layout[1], layout[2])
+        else:
+            encoded, decoded = _encode(offsets)
+            self._layout = (frozenset(decoded), list(decoded),
+                            [(topic, list(parts)) for topic, parts in encoded.items()])
         # A copy of its own: the caller may change what it got back.
         self._recent.append(({topic: dict(parts) for topic, parts in encoded.items()}, decoded))
         del self._recent[:-self.KEEP]

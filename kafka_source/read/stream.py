@@ -104,6 +104,7 @@ import operator
 import signal
 import threading
 import time
+from itertools import repeat
 from typing import Iterator
 
 import pyarrow as pa
@@ -674,7 +675,7 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         from the new topic's log start, as partitions new to the query."""
         view = getattr(self.client, "view", None)
         changed = {}
-        for topic in sorted(set(map(_TOPIC, start)) | set(self._counts)):
+        for topic in sorted(set(map(_FIRST, start)) | set(self._counts)):
             now = view.topic_id(topic) if view is not None else None
             if now is None:
                 continue
@@ -779,13 +780,15 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
             # The lowest latest offset of this trigger (the LSO with read_committed) with the
             # leader's epoch: what an end offset is paired with (.truncation).
             if not self._listed:        # the trigger's first listing: of every partition
-                self._listed = {tp: (off, epochs.get(tp, -1)) for tp, (off, _) in listed.items()}
+                # (passes that run in C: at 10,000 partitions a comprehension took 2-4 ms)
+                self._listed = dict(zip(listed, zip(map(_FIRST, listed.values()),
+                                                    map(epochs.get, listed, repeat(-1)))))
             else:
                 for tp, (off, _) in listed.items():
                     prev = self._listed.get(tp)
                     self._listed[tp] = (off if prev is None else min(off, prev[0]),
                                         epochs.get(tp, -1))
-        return {tp: off for tp, (off, _) in listed.items()}
+        return dict(zip(listed, map(_FIRST, listed.values())))
 
     def _data_loss(self, message: str, action: str) -> None:
         on_data_loss(self.options.source.fail_on_data_loss, message,
@@ -794,7 +797,7 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
                      action=action, logger=log)
 
 
-_TOPIC = operator.itemgetter(0)       # of a (topic, partition)
+_FIRST = operator.itemgetter(0)       # a (topic, partition)'s topic; an (offset, time)'s offset
 
 #: Leaders of a Metadata answer at most this old order a micro-batch's ranges into tasks
 #: (a trigger's answer is older than its ListOffsets by the time Spark asks for partitions).

@@ -485,3 +485,33 @@ def test_a_partition_error_in_a_list_offsets_answer_off_the_wire_names_the_parti
         with pytest.raises(error, match="t-2"):
             client.list_offsets({("t", p): -1 for p in range(3)}, read_committed=False,
                                 retries=Retries(count=0, interval_ms=0, window_ms=0))
+
+
+def test_list_offsets_splits_one_topic_between_its_leaders_in_the_order_asked():
+    # v-0 and v-2 led by 1, v-1 and v-3 by 2, asked for as 3, 0, 1, 2 in one run
+    from kafka.protocol.metadata import MetadataResponse as R
+
+    P = R.MetadataResponseTopic.MetadataResponsePartition
+    body = R(version=9, throttle_time_ms=0, cluster_id="c", controller_id=1,
+             brokers=[R.MetadataResponseBroker(node_id=n, host="h", port=n, rack=None)
+                      for n in (1, 2)],
+             topics=[R.MetadataResponseTopic(error_code=0, name="v", is_internal=False, partitions=[
+                 P(error_code=0, partition_index=i, leader_id=1 + i % 2, leader_epoch=i,
+                   replica_nodes=[1, 2], isr_nodes=[1, 2], offline_replicas=[])
+                 for i in range(4)])]).encode(version=9)
+    asked = []
+
+    class Recording(OffTheWire):
+        def send(self, node_id, request, timeout_ms=None):
+            if request.name == "ListOffsets":
+                asked.append((node_id, {t: list(p) for t, p in request.partitions.items()}))
+            return super().send(node_id, request, timeout_ms)
+
+    with Recording(body, wire_offsets({"v": [(0, 0, 10, 0), (2, 0, 12, 2)]}),
+                   wire_offsets({"v": [(3, 0, 13, 3), (1, 0, 11, 1)]})) as client:
+        client.topic_metadata(["v"], NO_WAIT)
+        got = client.list_offsets({("v", 3): -1, ("v", 0): -1, ("v", 1): -2, ("v", 2): 5},
+                                  read_committed=False)
+    assert asked == [(1, {"v": [(0, 0, -1), (2, 2, 5)]}), (2, {"v": [(3, 3, -1), (1, 1, -2)]})]
+    assert got == {("v", 0): (10, -1), ("v", 2): (12, -1), ("v", 3): (13, -1),
+                   ("v", 1): (11, -1)}

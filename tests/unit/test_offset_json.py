@@ -64,5 +64,23 @@ def test_offsets_json_writes_offsets_it_wrote_recently_without_sorting_them_agai
     assert again == first and json.dumps(again) == json.dumps(first) and not calls
     again["a"]["2"] = 99                        # the caller's own copy
     assert codec.encode(offsets) == first and not calls
-    moved = codec.encode({**offsets, ("a", 2): 2})
-    assert moved["a"] == {"2": 2} and len(calls) == 1
+    moved = codec.encode({**offsets, ("a", 2): 2})     # the same partitions: not sorted again
+    assert moved["a"] == {"2": 2} and not calls
+
+
+def test_offsets_json_writes_new_offsets_of_the_same_partitions_as_a_fresh_encoding_would():
+    codec = offset_json.OffsetsJson()
+    tps = [("b", 10), ("a", 2), ("b", 9), ("c", 0), ("a", 11), ("a", 3)]
+    codec.encode({tp: 0 for tp in tps})
+    for step in range(1, 4):
+        offsets = {tp: step * 100 + i for i, tp in enumerate(reversed(tps))}
+        got = codec.encode(offsets)
+        want = offset_json.encode_offsets(offsets)
+        assert json.dumps(got) == json.dumps(want)             # the same text, in order
+        assert codec.decode(json.loads(json.dumps(got))) == offsets
+    # Another set of partitions (one added): sorted afresh
+    grown = {**offsets, ("a", 1): 7}
+    assert json.dumps(codec.encode(grown)) == json.dumps(offset_json.encode_offsets(grown))
+    fewer = {tp: 1 for tp in tps[:3]}
+    assert json.dumps(codec.encode(fewer)) == json.dumps(offset_json.encode_offsets(fewer))
+    assert json.dumps(codec.encode(grown)) == json.dumps(offset_json.encode_offsets(grown))

@@ -31,6 +31,7 @@ import logging
 import operator
 import time
 from dataclasses import dataclass
+from itertools import groupby, repeat
 from typing import Callable, Iterable, Mapping, NamedTuple, TypeVar
 
 import kafka.errors as Errors
@@ -68,7 +69,7 @@ class TopicInfo:
     topic_id: bytes | None = None
 
 
-_SECOND = operator.itemgetter(1)
+_FIRST, _SECOND, _THIRD, _FOURTH, _FIFTH = map(operator.itemgetter, range(5))
 
 
 def _offsets_rows(topic) -> list[tuple]:
@@ -500,28 +501,36 @@ class BrokerClient(BrokerTransport):
         None when that answer names no leader for one of them. A stream's trigger asks for its
         topics' metadata and then for their latest offsets: asking for the same metadata twice
         cost a second round trip and a second parse of every partition (about 11 ms at 1,000
-        partitions, growing with them). One pass over the partitions, which come grouped by
-        topic (at 10,000 partitions, looking each one's leader up, grouping them by leader and
-        then building the requests took 15-20 ms)."""
+        partitions, growing with them).
+
+        Each run of partitions of one topic is taken in passes that run in C (``map``,
+        ``zip``, a sort by leader): at 10,000 partitions a Python loop over them, looking each
+        one's leader up and appending its row, took 7-13 ms a trigger."""
         now = time.monotonic()
         epoch = self.view.epochs.get
         cache = self._leader_cache
+        keys, values = list(targets), list(targets.values())
         routes: dict[int, dict[str, list]] = {}
-        topic, leaders, lists = None, {}, {}
-        for tp, target in targets.items():
-            t, p = tp
-            if t != topic:
-                entry = cache.get(t)
-                if entry is None or (now - entry[0]) * 1000 > _FRESH_LEADERS_MS:
-                    return None
-                topic, leaders, lists = t, entry[1], {}
-            leader = leaders.get(p)
-            if leader is None:
+        at = 0
+        for topic, run in groupby(keys, _FIRST):
+            tps = list(run)
+            entry = cache.get(topic)
+            if entry is None or (now - entry[0]) * 1000 > _FRESH_LEADERS_MS:
                 return None
-            rows = lists.get(leader)
-            if rows is None:
-                rows = lists[leader] = routes.setdefault(leader, {}).setdefault(t, [])
-            rows.append((p, epoch(tp, -1), target))
+            partitions = list(map(_SECOND, tps))
+            leaders = list(map(entry[1].get, partitions))
+            if None in leaders:
+                return None
+            rows = list(zip(partitions, map(epoch, tps, repeat(-1)), values[at:at + len(tps)]))
+            at += len(tps)
+            if leaders.count(leaders[0]) == len(leaders):       # one leader for all of them
+                groups = ((leaders[0], rows),)
+            else:                   # by leader, each in the order asked (the sort is stable)
+                order = sorted(range(len(rows)), key=leaders.__getitem__)
+                groups = ((leader, list(map(rows.__getitem__, run)))
+                          for leader, run in groupby(order, leaders.__getitem__))
+            for leader, led in groups:
+                routes.setdefault(leader, {}).setdefault(topic, []).extend(led)
         return routes
 
     def _list_offsets_once(self, targets, read_committed, epochs=None):
@@ -560,10 +569,12 @@ class BrokerClient(BrokerTransport):
                             raise RetriableBrokerError(f"{name}-{r[0]}: {err.__name__}")
                         raise TopicError(f"Could not list offsets of {name}-{r[0]}: "
                                          f"{err.__name__}")
-                # Rows are (partition, error code, timestamp, offset, leader epoch, ...)
-                result.update({(name, r[0]): (r[3], r[2]) for r in rows})
+                # Rows are (partition, error code, timestamp, offset, leader epoch, ...): taken
+                # in passes that run in C, as in _cached_routes
+                tps = list(zip(repeat(name), map(_FIRST, rows)))
+                result.update(zip(tps, zip(map(_FOURTH, rows), map(_THIRD, rows))))
                 if epochs is not None:
-                    epochs.update({(name, r[0]): r[4] for r in rows})
+                    epochs.update(zip(tps, map(_FIFTH, rows)))
         return result
 
     def epoch_end_offsets(self, epochs: Mapping[TopicPartition, int], *,
