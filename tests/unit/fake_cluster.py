@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from kafka_source.errors import TopicError, TopicNotFoundError
+from kafka_source.errors import TopicNotFoundError
 from kafka_source.wire.net.client import BrokerClient, PartitionInfo, RetriableBrokerError, TopicInfo
 from kafka_source.wire.net.fetch_protocol import FetchResult, PartitionData
 from kafka_source.wire.net.fetch_session import FetchSession
