@@ -442,34 +442,46 @@ def test_a_reused_metadata_answer_can_be_changed_by_its_caller_without_harm():
         assert list(client.metadata(["t"])) == ["t"]
 
 
-def test_list_offsets_routes_partitions_of_interleaved_topics_to_their_leaders():
-    # Metadata: t-0, u-0 led by 1; t-1, u-1 led by 2. The offsets asked for interleave the
-    # topics; each leader gets one request with its own partitions, each with its epoch.
+def wire_two_brokers(topics: dict[str, list[tuple[int, int]]]) -> bytes:
+    """A Metadata v9 answer naming brokers 1 and 2: topic -> (leader, leader epoch) of each
+    partition, numbered from 0."""
     from kafka.protocol.metadata import MetadataResponse as R
 
     P = R.MetadataResponseTopic.MetadataResponsePartition
-    body = R(version=9, throttle_time_ms=0, cluster_id="c", controller_id=1,
+    return R(version=9, throttle_time_ms=0, cluster_id="c", controller_id=1,
              brokers=[R.MetadataResponseBroker(node_id=n, host="h", port=n, rack=None)
                       for n in (1, 2)],
              topics=[R.MetadataResponseTopic(error_code=0, name=t, is_internal=False, partitions=[
-                 P(error_code=0, partition_index=i, leader_id=1 + i, leader_epoch=5 + i,
+                 P(error_code=0, partition_index=i, leader_id=leader, leader_epoch=epoch,
                    replica_nodes=[1, 2], isr_nodes=[1, 2], offline_replicas=[])
-                 for i in (0, 1)]) for t in ("t", "u")]).encode(version=9)
-    asked = []
+                 for i, (leader, epoch) in enumerate(parts)]) for t, parts in topics.items()]
+             ).encode(version=9)
 
-    class Recording(OffTheWire):
-        def send(self, node_id, request, timeout_ms=None):
-            if request.name == "ListOffsets":
-                asked.append((node_id, {t: list(p) for t, p in request.partitions.items()}))
-            return super().send(node_id, request, timeout_ms)
 
+class Recording(OffTheWire):
+    """Also keeps each ListOffsets request: (broker, {topic: [(partition, epoch, target)]})."""
+
+    def __init__(self, *steps):
+        super().__init__(*steps)
+        self.asked = []
+
+    def send(self, node_id, request, timeout_ms=None):
+        if request.name == "ListOffsets":
+            self.asked.append((node_id, {t: list(p) for t, p in request.partitions.items()}))
+        return super().send(node_id, request, timeout_ms)
+
+
+def test_list_offsets_routes_partitions_of_interleaved_topics_to_their_leaders():
+    # Metadata: t-0, u-0 led by 1; t-1, u-1 led by 2. The offsets asked for interleave the
+    # topics; each leader gets one request with its own partitions, each with its epoch.
+    body = wire_two_brokers({"t": [(1, 5), (2, 6)], "u": [(1, 5), (2, 6)]})
     with Recording(body, wire_offsets({"t": [(0, 0, 10, 5)], "u": [(0, 0, 30, 5)]}),
                    wire_offsets({"u": [(1, 0, 40, 6)], "t": [(1, 0, 20, 6)]})) as client:
         client.topic_metadata(["t", "u"], NO_WAIT)
         epochs = {}
         got = client.list_offsets({("t", 0): -1, ("u", 1): -1, ("t", 1): -2, ("u", 0): 7},
                                   read_committed=False, epochs=epochs)
-    assert asked == [(1, {"t": [(0, 5, -1)], "u": [(0, 5, 7)]}),
+    assert client.asked == [(1, {"t": [(0, 5, -1)], "u": [(0, 5, 7)]}),
                      (2, {"u": [(1, 6, -1)], "t": [(1, 6, -2)]})]
     assert got == {("t", 0): (10, -1), ("u", 0): (30, -1), ("u", 1): (40, -1),
                    ("t", 1): (20, -1)}
@@ -489,29 +501,13 @@ def test_a_partition_error_in_a_list_offsets_answer_off_the_wire_names_the_parti
 
 def test_list_offsets_splits_one_topic_between_its_leaders_in_the_order_asked():
     # v-0 and v-2 led by 1, v-1 and v-3 by 2, asked for as 3, 0, 1, 2 in one run
-    from kafka.protocol.metadata import MetadataResponse as R
-
-    P = R.MetadataResponseTopic.MetadataResponsePartition
-    body = R(version=9, throttle_time_ms=0, cluster_id="c", controller_id=1,
-             brokers=[R.MetadataResponseBroker(node_id=n, host="h", port=n, rack=None)
-                      for n in (1, 2)],
-             topics=[R.MetadataResponseTopic(error_code=0, name="v", is_internal=False, partitions=[
-                 P(error_code=0, partition_index=i, leader_id=1 + i % 2, leader_epoch=i,
-                   replica_nodes=[1, 2], isr_nodes=[1, 2], offline_replicas=[])
-                 for i in range(4)])]).encode(version=9)
-    asked = []
-
-    class Recording(OffTheWire):
-        def send(self, node_id, request, timeout_ms=None):
-            if request.name == "ListOffsets":
-                asked.append((node_id, {t: list(p) for t, p in request.partitions.items()}))
-            return super().send(node_id, request, timeout_ms)
-
+    body = wire_two_brokers({"v": [(1, 0), (2, 1), (1, 2), (2, 3)]})
     with Recording(body, wire_offsets({"v": [(0, 0, 10, 0), (2, 0, 12, 2)]}),
                    wire_offsets({"v": [(3, 0, 13, 3), (1, 0, 11, 1)]})) as client:
         client.topic_metadata(["v"], NO_WAIT)
         got = client.list_offsets({("v", 3): -1, ("v", 0): -1, ("v", 1): -2, ("v", 2): 5},
                                   read_committed=False)
-    assert asked == [(1, {"v": [(0, 0, -1), (2, 2, 5)]}), (2, {"v": [(3, 3, -1), (1, 1, -2)]})]
+    assert client.asked == [(1, {"v": [(0, 0, -1), (2, 2, 5)]}),
+                            (2, {"v": [(3, 3, -1), (1, 1, -2)]})]
     assert got == {("v", 0): (10, -1), ("v", 2): (12, -1), ("v", 3): (13, -1),
                    ("v", 1): (11, -1)}
