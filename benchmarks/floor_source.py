@@ -21,7 +21,8 @@ the same offsets, start-up included).
 
 Options (all strings): ``topic``, ``counts`` (JSON ``{"partition": records}``), ``valueSize``,
 ``parallelism`` (Spark's default parallelism, as ``kafka_source.register`` gives pykafka),
-``batchBytes``, ``maxOffsetsPerTrigger`` (streams), and ``pykafka.<option>`` for pykafka planning
+``batchBytes``, ``maxOffsetsPerTrigger`` (streams), ``rate`` (streams: records/s arriving
+over the partitions, :class:`FloorStreamReader`), and ``pykafka.<option>`` for pykafka planning
 options (``minPartitions``, ``maxRecordsPerPartition``, ``maxPartitions``) given to both.
 
 With ``fetchFrom`` (bootstrap servers) it is the *fetch floor*: the same batches, yielded as
@@ -69,6 +70,8 @@ class _Spec:
         self.max_offsets = int(opts["maxoffsetspertrigger"]) \
             if opts.get("maxoffsetspertrigger") else None
         self.fetch_from = opts.get("fetchfrom") or None
+        # records/s arriving over the partitions in turn (scale.py's trickle); None: all there
+        self.rate = float(opts["rate"]) if opts.get("rate") else None
         self.pykafka = {k[len("pykafka."):]: v for k, v in opts.items()
                         if k.startswith("pykafka.") and k[len("pykafka."):] in _PLANNING_OPTIONS}
 
@@ -197,11 +200,15 @@ class FloorBatchReader(DataSourceReader):
 
 class FloorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """All of ``counts`` is there from the start; ``maxOffsetsPerTrigger`` is shared out over
-    the partitions by pykafka's own admission control (``rate_limit``)."""
+    the partitions by pykafka's own admission control (``rate_limit``). With ``rate``, the
+    partitions of ``counts`` start empty and records arrive at that rate, to every partition in
+    turn from the reader's construction on, as ``scale.py``'s trickle writes them to Kafka."""
 
     def __init__(self, spec: _Spec):
         self.spec = spec
         self._next: dict | None = None    # PySpark 4.0/4.1: the next batch's start
+        self._started = time.monotonic()
+        self._order = sorted(spec.counts)
 
     def initialOffset(self) -> dict:
         return {str(p): 0 for p in self.spec.counts}
@@ -221,10 +228,16 @@ class FloorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             start = self._next if self._next is not None else self.initialOffset()
             limit = self.getDefaultReadLimit()
         begin = {int(p): int(o) for p, o in start.items()}
-        end = dict(self.spec.counts)
+        end = dict(self.spec.counts) if self.spec.rate is None else self._arrived()
         if isinstance(limit, ReadMaxRows):
             end = rate_limit(limit.max_rows, begin, end)
         return {str(p): o for p, o in end.items()}
+
+    def _arrived(self) -> dict[int, int]:
+        """Each partition's end offset under ``rate`` (records so far, dealt out in turn)."""
+        total = int(self.spec.rate * (time.monotonic() - self._started))
+        each, extra = divmod(total, len(self._order))
+        return {p: each + (i < extra) for i, p in enumerate(self._order)}
 
     def partitions(self, start: dict, end: dict) -> list:
         self._next = end

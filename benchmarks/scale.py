@@ -13,6 +13,10 @@ from ``latest`` with a ``processingTime`` trigger of ``--trigger`` into the ``no
 
 * ``pykafka``: ``readStream.format("pykafka")`` (it joins a consumer group and commits every
   micro-batch's end offsets), in this venv's PySpark;
+* ``floor`` (not run unless asked for): the same query on ``floor_source.py``, a Python source
+  with no Kafka whose partitions start empty and get ``--rate`` records/s in turn, as the
+  trickle's do, planned by pykafka's planner: what PySpark alone costs at that partition count
+  (single-topic points only);
 * ``jvm``: Spark's own ``format("kafka")`` (spark-sql-kafka-0-10 4.0.0 on PySpark 4.0.0, the venv
   and jars of ``../shared/anchors/spark-jvm-kafka``), which neither joins a group nor commits.
 
@@ -118,15 +122,26 @@ def _progress_count(query) -> int:
 
 
 def query_main(args) -> None:
-    spark, fmt = spark_session("pykafka-scale", master=args.master, reader=args.reader)
+    floor = args.reader == "floor"
+    spark, fmt = spark_session("pykafka-scale", master=args.master,
+                               reader="pykafka" if floor else args.reader)
     extra = {"groupIdPrefix": "scale"} if fmt == "pykafka" else {"kafka.retry.backoff.ms": "1"}
     source = {"subscribePattern": args.pattern} if args.pattern else {"subscribe": args.topic}
+    if floor:
+        # The same query on a Python source with no Kafka whose partitions grow as the
+        # trickle's do (floor_source.py): what PySpark itself costs at this partition count.
+        import floor_source
+
+        spark.dataSource.register(floor_source.FloorDataSource)
+        fmt, extra = floor_source.FLOOR_NAME, {}
+        source = {"topic": args.topic, "valueSize": "100", "rate": str(args.rate),
+                  "counts": json.dumps({str(p): 0 for p in range(args.count)})}
     sampler = _Sampler()
     sampler.start()
     checkpoint = tempfile.mkdtemp(prefix="pykafka-scale-")
     t0 = time.perf_counter()
-    query = (spark.readStream.format(fmt)
-             .option("kafka.bootstrap.servers", args.bootstrap).options(**source)
+    bootstrap = {} if floor else {"kafka.bootstrap.servers": args.bootstrap}
+    query = (spark.readStream.format(fmt).options(**bootstrap, **source)
              .option("startingOffsets", "latest").options(**extra).load()
              .selectExpr("length(value) AS n").writeStream.format("noop")
              .option("checkpointLocation", checkpoint)
@@ -275,7 +290,8 @@ def run_query(reader: str, bootstrap: str, what: dict, args) -> dict:
            "--warmup", str(0 if jvm else args.warmup), "--trigger", str(args.trigger),
            "--timeout", str(timeout)]
     cmd += ["--pattern", what["pattern"]] if what.get("pattern") else ["--topic", what["topic"]]
-    python, env = interpreter(reader)
+    cmd += ["--count", str(what["partitions"]), "--rate", str(args.rate)]
+    python, env = interpreter("jvm" if jvm else "pykafka")
     proc = subprocess.run([python, str(Path(__file__).resolve()), *cmd], capture_output=True,
                           text=True, env=env, timeout=timeout + 300)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -341,6 +357,9 @@ def main(argv=None) -> int:
                                for p in range(n)]
             sizes = exchange_bytes(point["topics"])
             for reader in readers:
+                if reader == "floor" and point.get("pattern"):
+                    log(f"{point['name']}: the floor reads one topic only: skipped")
+                    continue
                 log(f"{point['name']}: {reader} ...")
                 out = run_query(reader, bootstrap, point, args)
                 row = {"point": point["name"], "partitions": point["partitions"],
@@ -415,6 +434,8 @@ if __name__ == "__main__":
         qp.add_argument("--bootstrap", required=True)
         qp.add_argument("--topic")
         qp.add_argument("--pattern")
+        qp.add_argument("--count", type=int, default=0)       # the topic's partitions (floor)
+        qp.add_argument("--rate", type=float, default=200)    # records/s arriving (floor)
         qp.add_argument("--triggers", type=int, default=20)
         qp.add_argument("--warmup", type=int, default=3)
         qp.add_argument("--trigger", type=float, default=1)
