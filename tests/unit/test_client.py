@@ -12,6 +12,7 @@ from kafka.protocol.metadata import MetadataResponse
 
 from kafka_source.errors import BrokerUnavailableError, TopicError
 from kafka_source.wire.net.client import BrokerClient, Retries, RetriableBrokerError, readable_topic
+from kafka_source.wire.net.planning_protocol import LeanListOffsetsRequest
 
 pytestmark = pytest.mark.pyspark_free
 
@@ -289,7 +290,9 @@ def list_offsets_answer(offset, epoch, version=4, error=0):
     response = R(version=version, throttle_time_ms=0, topics=[T(name="t", partitions=[
         T.ListOffsetsPartitionResponse(partition_index=0, error_code=error, timestamp=-1,
                                        offset=offset, leader_epoch=epoch)])])
-    return R.decode(response.encode(), version=version)
+    # as it comes off the wire, decoded by the request the client sends
+    return LeanListOffsetsRequest.decode_body(memoryview(response.encode(version=version)),
+                                              version)
 
 
 def test_list_offsets_gives_the_leader_epoch_of_each_offset():

@@ -72,17 +72,6 @@ class TopicInfo:
 _FIRST, _SECOND, _THIRD, _FOURTH, _FIFTH = map(operator.itemgetter, range(5))
 
 
-def _offsets_rows(topic) -> list[tuple]:
-    """A ListOffsets answer's topic as rows of (partition, error code, timestamp, offset,
-    leader epoch, ...): this package's decoding has them (``rows``); kafka-python's (v1+)
-    has objects."""
-    rows = getattr(topic, "rows", None)
-    if rows is not None:
-        return rows
-    return [(p.partition_index, p.error_code, p.timestamp, p.offset,
-             getattr(p, "leader_epoch", -1)) for p in topic.partitions]
-
-
 class UnsettledMetadata(RetriableBrokerError):
     """A Metadata answer not believed yet (:mod:`kafka_source.wire.net.metadata_view`): stale, or
     lacking topics or partitions that existed. ``infos`` is what it said: when the retries run
@@ -173,6 +162,7 @@ class BrokerClient(BrokerTransport):
 
     def __init__(self, config: Mapping[str, object]):
         super().__init__(config)
+        self._fetch_connections = None       # the executors' own (:meth:`fetch_connections`)
         # Leader epochs and partitions seen; how far to believe the next answer.
         self.view = MetadataView(confirm_ms_for(self.request_timeout_ms))
         self.last_metadata_node = None       # the broker that gave the last Metadata answer
@@ -182,6 +172,14 @@ class BrokerClient(BrokerTransport):
         # The last Metadata answers, per question (the topics asked for): their bytes, the
         # answer and what metadata() took from it (see LeanMetadataRequest's ``same_as``).
         self._metadata_memo: dict[tuple[str, ...] | None, tuple] = {}
+
+    def close(self) -> None:
+        try:
+            if self._fetch_connections is not None:
+                self._fetch_connections.close()
+        except Exception:  # closing must never mask the real outcome
+            log.debug("error closing Kafka fetch connections", exc_info=True)
+        super().close()
 
     # --- metadata --------------------------------------------------------------------------
 
@@ -561,7 +559,8 @@ class BrokerClient(BrokerTransport):
                                              timeout_ms=self.request_timeout_ms)
             response = self.send(leader, request)
             for topic in response.topics:
-                name, rows = topic.name, _offsets_rows(topic)
+                # Rows are (partition, error code, timestamp, offset, leader epoch, ...)
+                name, rows = topic.name, topic.rows     # (planning_protocol.OffsetsTopic)
                 for r in (rows if any(map(_SECOND, rows)) else ()):    # errors: rare
                     if r[1]:
                         err = error_for(r[1])
@@ -569,8 +568,7 @@ class BrokerClient(BrokerTransport):
                             raise RetriableBrokerError(f"{name}-{r[0]}: {err.__name__}")
                         raise TopicError(f"Could not list offsets of {name}-{r[0]}: "
                                          f"{err.__name__}")
-                # Rows are (partition, error code, timestamp, offset, leader epoch, ...): taken
-                # in passes that run in C, as in _cached_routes
+                # Taken in passes that run in C, as in _cached_routes
                 tps = list(zip(repeat(name), map(_FIRST, rows)))
                 result.update(zip(tps, zip(map(_FOURTH, rows), map(_THIRD, rows))))
                 if epochs is not None:

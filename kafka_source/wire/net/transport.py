@@ -60,7 +60,6 @@ class BrokerTransport:
         self._tls = tls
         self._net, self._connections = self._network(settings)
         self._bootstrapped = False
-        self._fetch_connections = None
         self.last_node = None                # the broker the last request went to
 
     def _network(self, settings: Mapping[str, object]):
@@ -96,8 +95,6 @@ class BrokerTransport:
 
     def close(self) -> None:
         try:
-            if self._fetch_connections is not None:
-                self._fetch_connections.close()
             self._net.close()
         except Exception:  # closing must never mask the real outcome
             log.debug("error closing Kafka client", exc_info=True)
