@@ -15,7 +15,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from .executor import read_input_partition
 from ..config.options import SourceOptions
-from .planning import plan_input_partitions
+from .planning import LEADERS_MAX_AGE_MS, plan_input_partitions
 from ..worker_socket import AcksJvmOnUnpickle
 
 
@@ -33,7 +33,8 @@ class KafkaBatchReader(AcksJvmOnUnpickle, DataSourceReader):
             ranges = plan_batch_ranges(client, opts)
             # The leaders of the Metadata answer that routed its ListOffsets: a task's
             # ranges then come from as few brokers as possible.
-            leaders = client.cached_leaders([r.topic_partition for r in ranges], 60_000)
+            leaders = client.cached_leaders([r.topic_partition for r in ranges],
+                                           LEADERS_MAX_AGE_MS)
         parts = plan_input_partitions(ranges, opts, parallelism=self.parallelism,
                                       leaders=leaders)
         # Nothing to read: one empty task, so the query still runs and returns no rows.

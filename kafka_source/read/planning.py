@@ -194,6 +194,13 @@ def _merge_adjacent(group: list[OffsetRange]) -> list[OffsetRange]:
     return out
 
 
+#: The leaders a planner groups ranges by (``leaders``) come from a Metadata answer at most
+#: this old (``BrokerClient.cached_leaders``): the one that routed the ListOffsets of the
+#: stream's trigger or the batch read, which is older than that by the time Spark asks for
+#: partitions.
+LEADERS_MAX_AGE_MS = 60_000
+
+
 def plan_input_partitions(ranges: Sequence[OffsetRange], options: SourceOptions, *,
                           parallelism: int | None,
                           leaders: Mapping[tuple[str, int], object] | None = None

@@ -120,7 +120,7 @@ from ..config.options import StreamOptions
 from ..spark_features import (ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows,
                               SupportsTriggerAvailableNow)
 from .offset_json import Offsets, OffsetsJson, decode_offsets, encode_offsets
-from .planning import plan_input_partitions
+from .planning import LEADERS_MAX_AGE_MS, plan_input_partitions
 from .truncation import TruncationCheck
 from ..worker_heap import prepare
 from ..worker_socket import AcksJvmOnUnpickle
@@ -405,7 +405,7 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
         leaders = {}
         if self._client is not None and ranges:
             leaders = self._client.cached_leaders([r.topic_partition for r in ranges],
-                                                  _PLANNING_LEADERS_MS)
+                                                  LEADERS_MAX_AGE_MS)
         return plan_input_partitions(ranges, self.options.source, parallelism=self.parallelism,
                                      leaders=leaders)
 
@@ -798,10 +798,6 @@ class KafkaStreamReader(AcksJvmOnUnpickle, DataSourceStreamReader,
 
 
 _FIRST = operator.itemgetter(0)       # a (topic, partition)'s topic; an (offset, time)'s offset
-
-#: Leaders of a Metadata answer at most this old order a micro-batch's ranges into tasks
-#: (a trigger's answer is older than its ListOffsets by the time Spark asks for partitions).
-_PLANNING_LEADERS_MS = 60_000
 
 
 def _now_ms() -> int:
