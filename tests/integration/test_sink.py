@@ -71,6 +71,15 @@ def read_back(bootstrap: str, topic: str, *, committed_only: bool = False) -> li
         consumer.close()
 
 
+def per_partition(records) -> dict:
+    """partition -> (records, first offset, last offset): what an assertion message shows when
+    records are missing, to tell a batch never written from one the read-back skipped."""
+    seen: dict[int, list[int]] = {}
+    for r in records:
+        seen.setdefault(r.partition, []).append(r.offset)
+    return {p: (len(o), min(o), max(o)) for p, o in sorted(seen.items())}
+
+
 def default_partition(key: bytes, partitions: int) -> int:
     """kafka-python's DefaultPartitioner for a keyed record (Java's rule)."""
     return (murmur2(key) & 0x7FFFFFFF) % partitions
@@ -125,7 +134,9 @@ def test_keyed_rows_land_where_the_default_partitioner_puts_them(spark, bootstra
                                       "CAST(id AS STRING) AS value")
     writer(df, bootstrap_servers, topic=topic).save()
     got = read_back(bootstrap_servers, topic)
-    assert sorted(int(r.value) for r in got) == list(range(2000))
+    ids = sorted(int(r.value) for r in got)
+    assert ids == list(range(2000)), (sorted(set(range(2000)) - set(ids))[:20],
+                                      per_partition(got))
     wrong = [(r.key, r.partition) for r in got if r.partition != default_partition(r.key, 7)]
     assert not wrong
     assert all(r.key == b"key-" + r.value for r in got)
