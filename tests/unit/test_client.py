@@ -62,6 +62,11 @@ class Scripted(BrokerClient):
             raise step
         return step
 
+    def send_all(self, requests, timeout_ms=None):
+        """The answers in order (BrokerTransport.send_all has them in flight together:
+        tests/unit/test_transport.py)."""
+        return [self.send(node_id, request, timeout_ms) for node_id, request in requests]
+
     def __enter__(self):
         return self
 

@@ -4,6 +4,7 @@ retriable."""
 
 from __future__ import annotations
 
+import kafka.errors as Errors
 import pytest
 from kafka.protocol.metadata import MetadataResponse
 
@@ -75,3 +76,77 @@ def test_a_request_to_a_broker_that_left_the_metadata_is_retriable():
     finally:
         client.close()
     assert str(failed.value).startswith("broker 3: no longer in the cluster's metadata")
+
+
+class _AnsweringTogether:
+    """kafka-python's network client, as BrokerTransport uses it, for brokers that answer only
+    once every request of the exchange has been handed over: a transport that waited for one
+    answer before sending the next request would wait in vain."""
+
+    def __init__(self, expected: int, fail: dict | None = None):
+        self.expected = expected
+        self.fail = fail or {}                      # node -> the error its request fails with
+        self.handed: list[tuple[int, object]] = []
+        self.futures: list = []
+        self.polls_before_all_handed = 0
+        self._manager = self
+        self._net = self
+
+    def await_ready(self, node_id, timeout_ms):
+        return True
+
+    def send(self, request, node_id, request_timeout_ms):
+        from kafka.future import Future
+
+        self.handed.append((node_id, request))
+        future = Future()
+        self.futures.append((node_id, future))
+        return future
+
+    def poll(self, timeout_ms, future=None):
+        if len(self.handed) < self.expected:
+            self.polls_before_all_handed += 1
+            return                                  # nothing comes back yet: the timeout
+        for node_id, f in self.futures:
+            if not f.is_done:
+                if node_id in self.fail:
+                    f.failure(self.fail[node_id])
+                else:
+                    f.success(f"answer of broker {node_id}")
+
+
+def _transport_over(net) -> BrokerTransport:
+    client = BrokerTransport({"bootstrap_servers": "127.0.0.1:9", "request_timeout_ms": 1_000})
+    client._bootstrapped = True
+    client._net = net
+    return client
+
+
+def test_requests_to_several_brokers_are_all_in_flight_before_any_answer_is_awaited():
+    """ListOffsets and OffsetsForLeaderEpoch go to each partition's leader: with one request
+    after the other, a trigger waited one round trip per leader (three on a three-broker
+    cluster); send_all puts them all on the wire first."""
+    from kafka.protocol.metadata import MetadataRequest
+
+    net = _AnsweringTogether(expected=3)
+    client = _transport_over(net)
+    requests = [(node, MetadataRequest(topics=[str(node)])) for node in (2, 1, 3)]
+    assert client.send_all(requests) == ["answer of broker 2", "answer of broker 1",
+                                         "answer of broker 3"]
+    assert [node for node, _ in net.handed] == [2, 1, 3]
+    assert net.polls_before_all_handed == 0
+
+
+def test_a_failed_request_among_several_names_its_broker_and_is_retriable():
+    from kafka.protocol.metadata import MetadataRequest
+
+    from kafka_source.errors import BrokerUnreachableError
+
+    net = _AnsweringTogether(expected=2, fail={
+        3: Errors.KafkaConnectionError("socket disconnected")})
+    client = _transport_over(net)
+    with pytest.raises(BrokerUnreachableError) as failed:
+        client.send_all([(1, MetadataRequest(topics=[])), (3, MetadataRequest(topics=[]))])
+    assert str(failed.value).startswith("broker 3: ") and "socket disconnected" in str(
+        failed.value)
+    assert client.last_node == 3

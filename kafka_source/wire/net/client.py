@@ -554,10 +554,12 @@ class BrokerClient(BrokerTransport):
                 for tp in tps:
                     topics.setdefault(tp[0], []).append((tp[1], epoch(tp), targets[tp]))
         result = {}
-        for leader, topics in routes.items():
-            request = LeanListOffsetsRequest(topics, read_committed=read_committed,
-                                             timeout_ms=self.request_timeout_ms)
-            response = self.send(leader, request)
+        # One request per leader, all in flight together (BrokerTransport.send_all)
+        responses = self.send_all([
+            (leader, LeanListOffsetsRequest(topics, read_committed=read_committed,
+                                            timeout_ms=self.request_timeout_ms))
+            for leader, topics in routes.items()])
+        for response in responses:
             for topic in response.topics:
                 # Rows are (partition, error code, timestamp, offset, leader epoch, ...)
                 name, rows = topic.name, topic.rows     # (planning_protocol.OffsetsTopic)
@@ -609,17 +611,18 @@ class BrokerClient(BrokerTransport):
         by_leader = self._by_leader(epochs)
         T = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
         P = T.OffsetForLeaderPartition
-        result = {}
+        requests = []
         for leader, tps in by_leader.items():
             topics: dict[str, list] = {}
             for topic, partition in sorted(tps):
                 topics.setdefault(topic, []).append(P(
                     partition=partition, leader_epoch=epochs[(topic, partition)],
                     current_leader_epoch=self.view.epoch((topic, partition))))
-            request = OffsetForLeaderEpochRequest(
+            requests.append((leader, OffsetForLeaderEpochRequest(
                 replica_id=-1, topics=[T(topic=t, partitions=ps) for t, ps in topics.items()],
-                min_version=2)
-            response = self.send(leader, request)
+                min_version=2)))
+        result = {}
+        for response in self.send_all(requests):       # all leaders at once
             for topic in response.topics:
                 for p in topic.partitions:
                     tp = (topic.topic, p.partition)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import contextmanager
 from typing import Mapping
 
 import kafka.errors as Errors
@@ -119,24 +120,68 @@ class BrokerTransport:
         """
         self.bootstrap()
         timeout_ms = self.request_timeout_ms if timeout_ms is None else timeout_ms
-        net = self._net
         if node_id is None:
-            node_id = net.least_loaded_node(bootstrap_fallback=True)
+            node_id = self._net.least_loaded_node(bootstrap_fallback=True)
         self.last_node = node_id
+        deadline = time.monotonic() + timeout_ms / 1000
+        future = self._start(node_id, request, timeout_ms, deadline)
+        return self._answer(node_id, future, timeout_ms, deadline)
+
+    def send_all(self, requests, timeout_ms: int | None = None) -> list:
+        """Send each ``(node_id, request)`` of ``requests`` and wait for every response; the
+        responses in the order of ``requests``.
+
+        All of them are on the wire before the first answer is waited for, so the brokers work
+        on them at the same time: asking each partition's leader (ListOffsets,
+        OffsetsForLeaderEpoch) costs one round trip to the slowest of them, not one round trip
+        per leader, which on a cluster of N brokers was N round trips per trigger. The
+        Java consumer does the same (its offset lookups go to every leader before it waits).
+        Errors as :meth:`send`'s: the first request that failed, in the order given, raises
+        (what the others answered is dropped: the caller's retry asks again); ``timeout_ms``
+        bounds the whole exchange."""
+        if len(requests) == 1:
+            node_id, request = requests[0]
+            return [self.send(node_id, request, timeout_ms)]
+        self.bootstrap()
+        timeout_ms = self.request_timeout_ms if timeout_ms is None else timeout_ms
+        deadline = time.monotonic() + timeout_ms / 1000
+        futures = []
+        for node_id, request in requests:
+            self.last_node = node_id
+            futures.append(self._start(node_id, request, timeout_ms, deadline))
+        return [self._answer(node_id, future, timeout_ms, deadline)
+                for (node_id, _), future in zip(requests, futures)]
+
+    def _start(self, node_id, request, timeout_ms: int, deadline: float):
+        """``request`` handed to ``node_id``'s connection (connecting first, at most until
+        ``deadline``); kafka-python's Future of its answer."""
+        net = self._net
         started = time.monotonic()
-        try:
+        with self._broker_errors(node_id):
             try:
-                net.await_ready(node_id, timeout_ms=timeout_ms)
+                net.await_ready(node_id, timeout_ms=max(0.0, (deadline - started) * 1000))
             except Errors.KafkaConnectionError:
                 raise Errors.KafkaConnectionError(self._not_connected(node_id, started)) from None
             self._reauthenticate_if_due(node_id)
-            future = net._manager.send(request, node_id=node_id, request_timeout_ms=timeout_ms)
-            net._net.poll(timeout_ms=timeout_ms, future=future)
+            return net._manager.send(request, node_id=node_id, request_timeout_ms=timeout_ms)
+
+    def _answer(self, node_id, future, timeout_ms: int, deadline: float):
+        """The response ``future`` brings, polling the network at most until ``deadline``."""
+        with self._broker_errors(node_id):
+            if not future.is_done:
+                self._net._net.poll(timeout_ms=max(0.0, (deadline - time.monotonic()) * 1000),
+                                    future=future)
             if future.failed():
                 raise future.exception
             if not future.succeeded():
                 raise Errors.KafkaTimeoutError(f"no response within {timeout_ms} ms")
             return future.value
+
+    @contextmanager
+    def _broker_errors(self, node_id):
+        """kafka-python's errors for a request to ``node_id`` as this package raises them."""
+        try:
+            yield
         except BrokerSecurityError as exc:  # kafka-python re-raises the one it keeps per node
             raise BrokerSecurityError(str(exc)) from None
         except Errors.UnknownBrokerIdError:
