@@ -20,6 +20,11 @@ from ``latest`` with a ``processingTime`` trigger of ``--trigger`` into the ``no
 * ``jvm``: Spark's own ``format("kafka")`` (spark-sql-kafka-0-10 4.0.0 on PySpark 4.0.0, the venv
   and jars of ``../shared/anchors/spark-jvm-kafka``), which neither joins a group nor commits.
 
+With ``--rounds N`` every point and reader runs N times, the order of points and readers
+reversed every other round, and each reader's growth (the median trigger at the most
+partitions over the one at the fewest, from the same round) is reported per round and as the
+median over rounds.
+
 Per point and reader it reports, from Spark's progress reports of the measured triggers, the
 median and p95 of the trigger's steps (``triggerExecution``; ``latestOffset``; ``walCommit``,
 which on Spark 4 includes the source's ``commit()`` of the batch before; ``queryPlanning``;
@@ -319,6 +324,10 @@ def main(argv=None) -> int:
     ap.add_argument("--jvm-timeout", type=float, default=300.0,
                     help="seconds per JVM query at most (default 300): its trigger grows with "
                          "the partitions that got records (a task each)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run every point and reader this many times, alternating their order "
+                         "(default 1): the growth of the trigger is reported per round and as "
+                         "the median over rounds")
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--plot", help="write a PNG of the trigger time against partitions here")
     args = ap.parse_args(argv)
@@ -353,31 +362,38 @@ def main(argv=None) -> int:
             t = time.perf_counter()
             create_topics(bootstrap, point["topics"])
             log(f"  ready in {time.perf_counter() - t:.1f} s")
-            trickle.targets = [(topic, p) for topic, n in sorted(point["topics"].items())
-                               for p in range(n)]
-            sizes = exchange_bytes(point["topics"])
-            for reader in readers:
-                if reader == "floor" and point.get("pattern"):
-                    log(f"{point['name']}: the floor reads one topic only: skipped")
-                    continue
-                log(f"{point['name']}: {reader} ...")
-                out = run_query(reader, bootstrap, point, args)
-                row = {"point": point["name"], "partitions": point["partitions"],
-                       "reader": reader,
-                       **summarize(out, 0 if reader == "jvm" else args.warmup)}
-                if reader == "pykafka":
-                    row.update(sizes)
-                rows.append(row)
-                log("  " + json.dumps({k: v for k, v in row.items() if k not in ("point",)}))
+        for round_no in range(1, args.rounds + 1):
+            # Later rounds alternate the order of points and readers, so that neither the
+            # machine's drift nor the previous query's leftovers favour one side.
+            turn = -1 if round_no % 2 == 0 else 1
+            for point in points[::turn]:
+                trickle.targets = [(topic, p) for topic, n in sorted(point["topics"].items())
+                                   for p in range(n)]
+                sizes = exchange_bytes(point["topics"])
+                for reader in readers[::turn]:
+                    if reader == "floor" and point.get("pattern"):
+                        log(f"{point['name']}: the floor reads one topic only: skipped")
+                        continue
+                    log(f"{point['name']}: {reader} (round {round_no} of {args.rounds}) ...")
+                    out = run_query(reader, bootstrap, point, args)
+                    row = {"point": point["name"], "partitions": point["partitions"],
+                           "reader": reader, "round": round_no,
+                           **summarize(out, 0 if reader == "jvm" else args.warmup)}
+                    if reader == "pykafka":
+                        row.update(sizes)
+                    rows.append(row)
+                    log("  " + json.dumps({k: v for k, v in row.items() if k not in ("point",)}))
     finally:
         trickle.stop_flag.set()
         trickle.join(15)
         if broker is not None:
             broker.stop()
     print_table(rows)
+    growth = growth_by_round(rows)
+    print_growth(growth)
     report = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": os.uname().nodename,
               "cpus": os.cpu_count(), "rate": args.rate, "trigger_s": args.trigger,
-              "triggers": args.triggers, "rows": rows}
+              "triggers": args.triggers, "rounds": args.rounds, "growth": growth, "rows": rows}
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
     if args.plot:
@@ -385,8 +401,35 @@ def main(argv=None) -> int:
     return 1 if any(r.get("error") for r in rows) else 0
 
 
+def growth_by_round(rows: list[dict]) -> dict:
+    """Per reader: the median trigger of the largest single-topic point over that of the
+    smallest, in each round (both measured in the same round), and their median. On a small
+    machine the smallest point's trigger moves by tens of ms between runs, more than some
+    readers' growth: one round is a direction, several a figure."""
+    single = [r for r in rows if r.get("triggers") and "topic," in r["point"]]
+    out: dict[str, dict] = {}
+    for reader in dict.fromkeys(r["reader"] for r in single):
+        ratios = []
+        for round_no in sorted({r["round"] for r in single if r["reader"] == reader}):
+            mine = [r for r in single if r["reader"] == reader and r["round"] == round_no]
+            if len({r["partitions"] for r in mine}) < 2:
+                continue
+            low = min(mine, key=lambda r: r["partitions"])
+            high = max(mine, key=lambda r: r["partitions"])
+            ratios.append(round(high["triggerExecution_p50"] / low["triggerExecution_p50"], 3))
+        if ratios:
+            out[reader] = {"ratios": ratios, "median": statistics.median(ratios)}
+    return out
+
+
+def print_growth(growth: dict) -> None:
+    for reader, g in growth.items():
+        print(f"{reader}: trigger at the most partitions / at the fewest, per round "
+              f"{', '.join(f'{x:.2f}' for x in g['ratios'])}; median {g['median']:.2f}")
+
+
 def print_table(rows: list[dict]) -> None:
-    head = ("point", "reader", "triggers", "p50 ms", "p95 ms", "latestOffset", "walCommit",
+    head = ("point", "reader", "round", "triggers", "p50 ms", "p95 ms", "latestOffset", "walCommit",
             "planning", "addBatch", "tasks", "JVM MB", "reader MB", "sub/asg B")
     print("  ".join(head))
     for r in rows:
@@ -396,7 +439,7 @@ def print_table(rows: list[dict]) -> None:
                      "no trigger finished within its --timeout / --jvm-timeout"))
             continue
         print("  ".join(str(x) for x in (
-            r["point"], r["reader"], r["triggers"], r["triggerExecution_p50"],
+            r["point"], r["reader"], r.get("round", 1), r["triggers"], r["triggerExecution_p50"],
             r["triggerExecution_p95"], r["latestOffset_p50"], r["walCommit_p50"],
             r["queryPlanning_p50"], r["addBatch_p50"], r["tasks_median"], r["jvm_rss_mb"],
             r["reader_rss_mb"] or "-",
