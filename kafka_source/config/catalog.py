@@ -202,7 +202,9 @@ OPTIONS: tuple[Option, ...] = (
            "query.", _SP, "Tasks and retries", example="5"),
     Option("fetchOffset.retryIntervalMs", RS,
            f"`{_options.DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS}`",
-           "The pause between those retries (ms).", _SP, "Tasks and retries", example="500"),
+           "The longest pause between those retries (ms): the first comes after "
+           "`kafka.retry.backoff.ms`, each next one after twice as long, up to this.", _SP,
+           "Tasks and retries", example="500"),
     Option("kafkaConsumer.pollTimeoutMs", RS, f"`{_options.DEFAULT_POLL_TIMEOUT_MS}`",
            "How long a task waits without progress before it fails (ms).", _SP,
            "Tasks and retries", example="60000"),
@@ -521,7 +523,9 @@ OPTIONS: tuple[Option, ...] = (
            "The bytes a broker waits for before it answers a Fetch.", _JC, "Fetching",
            example="1"),
     Option("kafka.retry.backoff.ms", RSW, _fetch("retry_backoff_ms"),
-           "The pause between retries of a failed request (on writes: of a failed send).", _J,
+           "The first pause before retrying a failed request (on writes: a failed send); "
+           "fetches and planning double it at each next retry, up to 5 s and "
+           "`fetchOffset.retryIntervalMs`.", _J,
            "Fetching", example="200"),
     # --- Writing -------------------------------------------------------------------------------
     Option("topic", W, "(unset)",

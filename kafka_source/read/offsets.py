@@ -20,6 +20,7 @@ from typing import Mapping
 from ..wire.net.client import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, BrokerClient, Retries,
                            TopicPartition, readable_topic)
 from ..errors import DataLossError, OptionError, TopicError
+from ..config.client_config import DEFAULT_FETCH_SETTINGS
 from ..config.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, Subscription
 
 log = logging.getLogger(__name__)
@@ -53,10 +54,15 @@ class OffsetRange:
 
 def planning_retries(options: SourceOptions) -> Retries:
     """The driver's retries against a cluster that answers with transient errors: the
-    ``fetchOffset.*`` options, for at least ``kafka.request.timeout.ms``."""
+    ``fetchOffset.*`` options, for at least ``kafka.request.timeout.ms``; the first after
+    ``kafka.retry.backoff.ms``, the next ones twice as long each time, up to
+    ``fetchOffset.retryIntervalMs`` (:class:`Retries`)."""
+    config = options.client_config
     return Retries(count=options.fetch_offset_num_retries,
                    interval_ms=options.fetch_offset_retry_interval_ms,
-                   window_ms=int(options.client_config.get("request_timeout_ms", 30_000)))
+                   window_ms=int(config.get("request_timeout_ms", 30_000)),
+                   quick_ms=int(config.get("retry_backoff_ms",
+                                           DEFAULT_FETCH_SETTINGS["retry_backoff_ms"])))
 
 
 def subscription_topics(sub: Subscription) -> set[str] | None:

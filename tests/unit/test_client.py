@@ -248,6 +248,39 @@ def test_retries_go_on_for_the_window(monkeypatch):
     assert calls[-1] - calls[0] <= 30
 
 
+def test_quick_retries_double_from_the_retry_backoff_up_to_the_interval(monkeypatch):
+    """A leader moved (controlled shutdown, election): the next Metadata answer names the new
+    one, so the first retry comes after kafka.retry.backoff.ms, as in Kafka's Java clients under
+    Spark's own source, and the pauses grow to fetchOffset.retryIntervalMs for a broker that
+    stays away. The window bounds them all the same."""
+    clock = [0.0]
+    sleeps = []
+    monkeypatch.setattr("kafka_source.wire.net.client.time.monotonic", lambda: clock[0])
+
+    def sleep(s):
+        sleeps.append(round(s, 3))
+        clock[0] += s
+
+    monkeypatch.setattr("kafka_source.wire.net.client.time.sleep", sleep)
+    failures = [2]
+
+    def attempt():
+        if failures[0]:
+            failures[0] -= 1
+            raise RetriableBrokerError("t-0: NotLeaderForPartitionError")
+        return "ok"
+
+    retries = Retries(count=3, interval_ms=1000, window_ms=30_000, quick_ms=100)
+    assert retries.run(attempt, what="x", where="b:1") == "ok"
+    assert sleeps == [0.1, 0.2]
+    sleeps.clear()
+    failures[0] = 10 ** 6
+    with pytest.raises(BrokerUnavailableError, match="30.0 s|29.|after"):
+        retries.run(attempt, what="x", where="b:1")
+    assert sleeps[:6] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0] and set(sleeps[4:]) == {1.0}
+    assert 29 <= sum(sleeps) <= 30
+
+
 def test_retries_let_other_errors_through():
     def attempt():
         raise TopicError("no such topic")

@@ -190,3 +190,17 @@ def test_partitions_in_metadata_reuses_its_last_list_only_while_nothing_changed(
     with pytest.raises(TopicError, match="names ta-2"):
         partitions_in_metadata(None, assign, _metadata({"ta": [0, 1]}), strict=True,
                                previous=lacking)
+
+
+def test_planning_retries_start_at_the_retry_backoff_and_grow_to_the_retry_interval():
+    from kafka_source.read.offsets import planning_retries
+
+    def retries(**options):
+        return planning_retries(parse_batch_options(
+            {"kafka.bootstrap.servers": "b:1", "subscribe": "t", **options}))
+
+    r = retries()
+    assert (r.count, r.quick_ms, r.interval_ms, r.window_ms) == (3, 100, 1000, 30_000)
+    r = retries(**{"kafka.retry.backoff.ms": "250", "fetchOffset.retryIntervalMs": "4000",
+                   "fetchOffset.numRetries": "5", "kafka.request.timeout.ms": "60000"})
+    assert (r.count, r.quick_ms, r.interval_ms, r.window_ms) == (5, 250, 4000, 60_000)

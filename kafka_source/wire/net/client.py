@@ -103,11 +103,21 @@ class Retries:
     first attempt (``kafka.request.timeout.ms``): a restarting broker is back within seconds, but
     more than the 3 x 1 s of the defaults. Each attempt is itself bounded by the request timeout,
     so the whole is bounded.
+
+    ``quick_ms`` (``kafka.retry.backoff.ms``, for planning): the first retry comes after that
+    long, each next one after twice as long as the one before, up to ``interval_ms``. Most
+    retriable errors are over at once: a leader moved by a controlled shutdown, a preferred
+    election or a reassignment (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH), a connection
+    dropped by a broker that is stopping -- new metadata names the new leader. Spark's JVM source
+    asks through Kafka's Java clients, which retry those after ``retry.backoff.ms`` (100 ms,
+    growing to ``retry.backoff.max.ms``, 1 s: KIP-580) before Spark's own ``retryIntervalMs``
+    pause ever comes into play; with a flat 1 s pause every leader move cost a trigger a second.
     """
 
     count: int = 3
     interval_ms: int = 1000
     window_ms: int = 0
+    quick_ms: int | None = None
 
     def run(self, attempt: Callable[[], T], *, what: str, where: str) -> T:
         """``attempt()`` until it does not raise :class:`RetriableBrokerError`; then
@@ -120,9 +130,12 @@ class Retries:
             except RetriableBrokerError as exc:
                 tries += 1
                 elapsed_ms = (time.monotonic() - started) * 1000
-                # Past the counted retries only the window keeps us going: never spin.
-                pause_ms = self.interval_ms if tries <= self.count else max(self.interval_ms,
-                                                                             _MIN_PAUSE_MS)
+                pause_ms = self.interval_ms
+                if self.quick_ms is not None:       # growing from quick_ms (above)
+                    pause_ms = min(pause_ms, self.quick_ms * 2 ** min(tries - 1, 30))
+                if tries > self.count:
+                    # Past the counted retries only the window keeps us going: never spin.
+                    pause_ms = max(pause_ms, _MIN_PAUSE_MS)
                 if tries > self.count and elapsed_ms + pause_ms > self.window_ms:
                     raise BrokerUnavailableError(
                         f"Could not {what} from Kafka at '{where}': still failing after "
