@@ -362,6 +362,7 @@ def main(argv=None) -> int:
             t = time.perf_counter()
             create_topics(bootstrap, point["topics"])
             log(f"  ready in {time.perf_counter() - t:.1f} s")
+            point["sizes"] = exchange_bytes(point["topics"])
         for round_no in range(1, args.rounds + 1):
             # Later rounds alternate the order of points and readers, so that neither the
             # machine's drift nor the previous query's leftovers favour one side.
@@ -369,7 +370,6 @@ def main(argv=None) -> int:
             for point in points[::turn]:
                 trickle.targets = [(topic, p) for topic, n in sorted(point["topics"].items())
                                    for p in range(n)]
-                sizes = exchange_bytes(point["topics"])
                 for reader in readers[::turn]:
                     if reader == "floor" and point.get("pattern"):
                         log(f"{point['name']}: the floor reads one topic only: skipped")
@@ -380,7 +380,7 @@ def main(argv=None) -> int:
                            "reader": reader, "round": round_no,
                            **summarize(out, 0 if reader == "jvm" else args.warmup)}
                     if reader == "pykafka":
-                        row.update(sizes)
+                        row.update(point["sizes"])
                     rows.append(row)
                     log("  " + json.dumps({k: v for k, v in row.items() if k not in ("point",)}))
     finally:

@@ -523,8 +523,8 @@ OPTIONS: tuple[Option, ...] = (
            "The bytes a broker waits for before it answers a Fetch.", _JC, "Fetching",
            example="1"),
     Option("kafka.retry.backoff.ms", RSW, _fetch("retry_backoff_ms"),
-           "The first pause before retrying a failed request (on writes: a failed send); "
-           "fetches and planning double it at each next retry, up to 5 s and "
+           "The first pause before retrying a failed request (on writes: a failed send). "
+           "Fetches double it at each next retry up to 5 s, planning up to "
            "`fetchOffset.retryIntervalMs`.", _J,
            "Fetching", example="200"),
     # --- Writing -------------------------------------------------------------------------------

@@ -123,9 +123,12 @@ class BrokerTransport:
         if node_id is None:
             node_id = self._net.least_loaded_node(bootstrap_fallback=True)
         self.last_node = node_id
-        deadline = time.monotonic() + timeout_ms / 1000
-        future = self._start(node_id, request, timeout_ms, deadline)
-        return self._answer(node_id, future, timeout_ms, deadline)
+        # Connecting and the answer each get the whole timeout, as before send_all: a JoinGroup
+        # that the coordinator holds for the rebalance timeout is not cut short by a slow
+        # reconnect.
+        future = self._start(node_id, request, timeout_ms,
+                             time.monotonic() + timeout_ms / 1000)
+        return self._answer(node_id, future, timeout_ms, time.monotonic() + timeout_ms / 1000)
 
     def send_all(self, requests, timeout_ms: int | None = None) -> list:
         """Send each ``(node_id, request)`` of ``requests`` and wait for every response; the
