@@ -62,10 +62,19 @@ class Scripted(BrokerClient):
             raise step
         return step
 
-    def send_all(self, requests, timeout_ms=None):
+    def send_all(self, requests, timeout_ms=None, *, partial=False):
         """The answers in order (BrokerTransport.send_all has them in flight together:
-        tests/unit/test_transport.py)."""
-        return [self.send(node_id, request, timeout_ms) for node_id, request in requests]
+        tests/unit/test_transport.py); with ``partial``, a scripted RetriableBrokerError in
+        its place."""
+        answers = []
+        for node_id, request in requests:
+            try:
+                answers.append(self.send(node_id, request, timeout_ms))
+            except RetriableBrokerError as exc:
+                if not partial:
+                    raise
+                answers.append(exc)
+        return answers
 
     def __enter__(self):
         return self
@@ -552,3 +561,70 @@ def test_list_offsets_splits_one_topic_between_its_leaders_in_the_order_asked():
                             (2, {"v": [(3, 3, -1), (1, 1, -2)]})]
     assert got == {("v", 0): (10, -1), ("v", 2): (12, -1), ("v", 3): (13, -1),
                    ("v", 1): (11, -1)}
+
+
+# --- a retry asks again only what failed (as Java's consumer keeps the offsets it has) ----------
+
+def test_a_retry_asks_again_only_the_partition_whose_leader_moved():
+    # v-0 and v-2 led by 1, v-1 and v-3 by 2; v-1's leadership moves to 1 (a controlled
+    # shutdown of 2, a preferred election): broker 2 answers NOT_LEADER_OR_FOLLOWER for it.
+    before = wire_two_brokers({"v": [(1, 0), (2, 0), (1, 0), (2, 0)]})
+    after = wire_two_brokers({"v": [(1, 0), (1, 1), (1, 0), (2, 0)]})
+    with Recording(before,
+                   wire_offsets({"v": [(0, 0, 10, 0), (2, 0, 12, 0)]}),
+                   wire_offsets({"v": [(1, NOT_LEADER_FOR_PARTITION, -1, -1), (3, 0, 13, 0)]}),
+                   after, wire_offsets({"v": [(1, 0, 11, 1)]})) as client:
+        client.topic_metadata(["v"], NO_WAIT)
+        epochs = {}
+        got = client.list_offsets({("v", p): -1 for p in range(4)}, read_committed=False,
+                                  retries=NO_WAIT, epochs=epochs)
+    assert client.asked == [(1, {"v": [(0, 0, -1), (2, 0, -1)]}),
+                            (2, {"v": [(1, 0, -1), (3, 0, -1)]}),
+                            (1, {"v": [(1, 1, -1)]})]       # only v-1, to its new leader
+    assert got == {("v", 0): (10, -1), ("v", 1): (11, -1), ("v", 2): (12, -1),
+                   ("v", 3): (13, -1)}
+    assert epochs == {("v", 0): 0, ("v", 1): 1, ("v", 2): 0, ("v", 3): 0}
+
+
+def test_a_broker_that_cannot_be_reached_costs_only_its_own_partitions():
+    from kafka_source.errors import BrokerUnreachableError
+
+    body = wire_two_brokers({"v": [(1, 0), (2, 0)]})
+    with Recording(body, wire_offsets({"v": [(0, 0, 10, 0)]}),
+                   BrokerUnreachableError("broker 2: connection refused"),
+                   body, wire_offsets({"v": [(1, 0, 11, 0)]})) as client:
+        client.topic_metadata(["v"], NO_WAIT)
+        got = client.list_offsets({("v", 0): -1, ("v", 1): -1}, read_committed=False,
+                                  retries=NO_WAIT)
+    assert [node for node, _ in client.asked] == [1, 2, 2]
+    assert client.asked[-1] == (2, {"v": [(1, 0, -1)]})
+    assert got == {("v", 0): (10, -1), ("v", 1): (11, -1)}
+
+
+def test_offsets_still_failing_when_the_retries_run_out_name_the_partition_and_what_is_left():
+    from kafka_source.errors import BrokerUnreachableError
+
+    body = wire_two_brokers({"v": [(1, 0), (2, 0), (2, 0)]})
+    with Recording(body, wire_offsets({"v": [(0, 0, 10, 0)]}),
+                   BrokerUnreachableError("broker 2: connection refused")) as client:
+        client.topic_metadata(["v"], NO_WAIT)
+        with pytest.raises(BrokerUnavailableError,
+                           match=r"broker 2: connection refused; 2 of the 3 partitions"):
+            client.list_offsets({("v", p): -1 for p in range(3)}, read_committed=False,
+                                retries=Retries(count=0, interval_ms=0, window_ms=0))
+
+
+def test_epoch_end_offsets_retries_only_the_partition_that_failed():
+    client = Scripted(answer({"t": 0}, epoch=3, partitions=2),
+                      epoch_end_answer((0, 0, 3, 20), (1, NOT_LEADER_FOR_PARTITION, -1, -1)),
+                      answer({"t": 0}, epoch=4, partitions=2),
+                      epoch_end_answer((1, 0, 3, 17)))
+    sent = []
+    send = client.send
+    client.send = lambda node, request, timeout_ms=None: (sent.append(request),
+                                                          send(node, request))[1]
+    assert client.epoch_end_offsets({("t", 0): 3, ("t", 1): 3}, retries=NO_WAIT) == {
+        ("t", 0): (3, 20), ("t", 1): (3, 17)}
+    asked = [[p.partition for p in r.topics[0].partitions] for r in sent
+             if r.API_KEY == 23]                      # OffsetsForLeaderEpoch
+    assert asked == [[0, 1], [1]]

@@ -150,3 +150,22 @@ def test_a_failed_request_among_several_names_its_broker_and_is_retriable():
     assert str(failed.value).startswith("broker 3: ") and "socket disconnected" in str(
         failed.value)
     assert client.last_node == 3
+
+
+def test_with_partial_a_failed_broker_keeps_its_place_and_the_others_answers_are_kept():
+    """What a retry of ListOffsets needs: the leaders that answered are not asked again."""
+    from kafka.protocol.metadata import MetadataRequest
+
+    from kafka_source.errors import BrokerSecurityError, BrokerUnreachableError
+
+    net = _AnsweringTogether(expected=3, fail={
+        3: Errors.KafkaConnectionError("socket disconnected")})
+    client = _transport_over(net)
+    requests = [(node, MetadataRequest(topics=[])) for node in (1, 3, 2)]
+    first, failed, last = client.send_all(requests, partial=True)
+    assert (first, last) == ("answer of broker 1", "answer of broker 2")
+    assert isinstance(failed, BrokerUnreachableError) and str(failed).startswith("broker 3: ")
+    # An error no retry can mend raises all the same.
+    net = _AnsweringTogether(expected=2, fail={2: BrokerSecurityError("SASL failed")})
+    with pytest.raises(BrokerSecurityError, match="SASL failed"):
+        _transport_over(net).send_all(requests[::2], partial=True)

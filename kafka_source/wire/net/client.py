@@ -147,6 +147,29 @@ class Retries:
                 time.sleep(pause_ms / 1000)
 
 
+class _Failures:
+    """The retriable failures of one attempt over several leaders (a broker that could not be
+    reached, a partition whose leader moved), gathered while the other answers are taken in;
+    then one :class:`RetriableBrokerError` naming the first of them and how many partitions
+    are left for the retry."""
+
+    __slots__ = ("errors",)
+
+    def __init__(self):
+        self.errors: list[str] = []
+
+    def add(self, error: str) -> None:
+        self.errors.append(error)
+
+    def raise_if_any(self, asked: Mapping, found: Mapping) -> None:
+        if not self.errors:
+            return
+        more = f" (and {len(self.errors) - 1} more)" if len(self.errors) > 1 else ""
+        left = sum(1 for tp in asked if tp not in found)
+        raise RetriableBrokerError(f"{self.errors[0]}{more}; {left} of the {len(asked)} "
+                                   "partitions asked still to ask")
+
+
 def readable_topic(topic: str, info: TopicInfo | None, bootstrap_servers: str) -> TopicInfo:
     """``info`` (Metadata of ``topic``) if the topic can be read; else a clear TopicError, or
     RetriableBrokerError for a transient error (e.g. LEADER_NOT_AVAILABLE while it is created).
@@ -494,8 +517,10 @@ class BrokerClient(BrokerTransport):
         """
         if retries is None:
             retries = Retries(window_ms=self.request_timeout_ms)
-        return retries.run(lambda: self._list_offsets_once(targets, read_committed, epochs),
-                           what="fetch offsets", where=self.bootstrap_servers)
+        found: dict[TopicPartition, tuple[int, int]] = {}
+        return retries.run(
+            lambda: self._list_offsets_once(targets, read_committed, epochs, found),
+            what="fetch offsets", where=self.bootstrap_servers)
 
     def _by_leader(self, tps: Iterable[TopicPartition]) -> dict[int, list[TopicPartition]]:
         """``tps`` grouped by their current leader (:meth:`leaders`): one request per leader."""
@@ -544,17 +569,26 @@ class BrokerClient(BrokerTransport):
                 routes.setdefault(leader, {}).setdefault(topic, []).extend(led)
         return routes
 
-    def _list_offsets_once(self, targets, read_committed, epochs=None):
-        if not targets:
-            return {}
-        try:
-            return self._list_offsets_by_leader(targets, read_committed, epochs)
-        except RetriableBrokerError:
-            # A leader moved, or a broker went: look them up again.
-            self.forget_leaders({t for t, _ in targets})
-            raise
+    def _list_offsets_once(self, targets, read_committed, epochs, found):
+        """One attempt: asks for the partitions of ``targets`` not yet in ``found`` (the
+        answers of earlier attempts), adds what the leaders answer to it; ``found`` once it
+        has them all, else :class:`RetriableBrokerError`.
 
-    def _list_offsets_by_leader(self, targets, read_committed, epochs):
+        A retry asks again only the partitions that failed, as Java's consumer does: a leader
+        that moved, or one broker that is restarting, does not cost the answers of the other
+        leaders -- on a new topic of thousands of partitions whose leaders take over one after
+        the other, asking all of them again could fail on a different one every time."""
+        rest = targets if not found else {tp: t for tp, t in targets.items() if tp not in found}
+        if rest:
+            try:
+                self._list_offsets_by_leader(rest, read_committed, epochs, found)
+            except RetriableBrokerError:
+                # A leader moved, or a broker went: look them up again.
+                self.forget_leaders({tp[0] for tp in rest if tp not in found})
+                raise
+        return found
+
+    def _list_offsets_by_leader(self, targets, read_committed, epochs, found):
         # Each partition goes with the newest leader epoch seen (KIP-320): a broker with
         # another epoch answers FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH (retriable)
         # instead of its own log's offsets.
@@ -566,29 +600,35 @@ class BrokerClient(BrokerTransport):
                 topics = routes.setdefault(leader, {})
                 for tp in tps:
                     topics.setdefault(tp[0], []).append((tp[1], epoch(tp), targets[tp]))
-        result = {}
-        # One request per leader, all in flight together (BrokerTransport.send_all)
+        # One request per leader, all in flight together (BrokerTransport.send_all); what the
+        # leaders that answered say is kept when another one fails.
         responses = self.send_all([
             (leader, LeanListOffsetsRequest(topics, read_committed=read_committed,
                                             timeout_ms=self.request_timeout_ms))
-            for leader, topics in routes.items()])
+            for leader, topics in routes.items()], partial=True)
+        failed = _Failures()
         for response in responses:
+            if isinstance(response, RetriableBrokerError):
+                failed.add(str(response))
+                continue
             for topic in response.topics:
                 # Rows are (partition, error code, timestamp, offset, leader epoch, ...)
                 name, rows = topic.name, topic.rows     # (planning_protocol.OffsetsTopic)
-                for r in (rows if any(map(_SECOND, rows)) else ()):    # errors: rare
-                    if r[1]:
-                        err = error_for(r[1])
-                        if getattr(err, "retriable", False):
-                            raise RetriableBrokerError(f"{name}-{r[0]}: {err.__name__}")
-                        raise TopicError(f"Could not list offsets of {name}-{r[0]}: "
-                                         f"{err.__name__}")
+                if any(map(_SECOND, rows)):             # errors: rare
+                    for r in rows:
+                        if r[1]:
+                            err = error_for(r[1])
+                            if not getattr(err, "retriable", False):
+                                raise TopicError(f"Could not list offsets of {name}-{r[0]}: "
+                                                 f"{err.__name__}")
+                            failed.add(f"{name}-{r[0]}: {err.__name__}")
+                    rows = [r for r in rows if not r[1]]
                 # Taken in passes that run in C, as in _cached_routes
                 tps = list(zip(repeat(name), map(_FIRST, rows)))
-                result.update(zip(tps, zip(map(_FOURTH, rows), map(_THIRD, rows))))
+                found.update(zip(tps, zip(map(_FOURTH, rows), map(_THIRD, rows))))
                 if epochs is not None:
                     epochs.update(zip(tps, map(_FIFTH, rows)))
-        return result
+        failed.raise_if_any(targets, found)
 
     def epoch_end_offsets(self, epochs: Mapping[TopicPartition, int], *,
                           retries: Retries | None = None
@@ -611,8 +651,9 @@ class BrokerClient(BrokerTransport):
             return {}
         if retries is None:
             retries = Retries(window_ms=self.request_timeout_ms)
+        found: dict[TopicPartition, tuple[int, int]] = {}
         try:
-            return retries.run(lambda: self._epoch_end_offsets_once(epochs),
+            return retries.run(lambda: self._epoch_end_offsets_once(epochs, found),
                                what="validate offsets (OffsetsForLeaderEpoch)",
                                where=self.bootstrap_servers)
         except (Errors.IncompatibleBrokerVersion, Errors.UnsupportedVersionError) as exc:
@@ -620,8 +661,11 @@ class BrokerClient(BrokerTransport):
                      "2.1+): log truncation is not checked (%s)", self.bootstrap_servers, exc)
             return None
 
-    def _epoch_end_offsets_once(self, epochs: Mapping[TopicPartition, int]):
-        by_leader = self._by_leader(epochs)
+    def _epoch_end_offsets_once(self, epochs: Mapping[TopicPartition, int], found: dict):
+        """One attempt over the partitions of ``epochs`` not yet in ``found``; as
+        :meth:`_list_offsets_once`, a retry asks again only what failed."""
+        rest = [tp for tp in epochs if tp not in found]
+        by_leader = self._by_leader(rest)
         T = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
         P = T.OffsetForLeaderPartition
         requests = []
@@ -634,8 +678,11 @@ class BrokerClient(BrokerTransport):
             requests.append((leader, OffsetForLeaderEpochRequest(
                 replica_id=-1, topics=[T(topic=t, partitions=ps) for t, ps in topics.items()],
                 min_version=2)))
-        result = {}
-        for response in self.send_all(requests):       # all leaders at once
+        failed = _Failures()
+        for response in self.send_all(requests, partial=True):     # all leaders at once
+            if isinstance(response, RetriableBrokerError):
+                failed.add(str(response))
+                continue
             for topic in response.topics:
                 for p in topic.partitions:
                     tp = (topic.topic, p.partition)
@@ -644,13 +691,15 @@ class BrokerClient(BrokerTransport):
                         if getattr(err, "retriable", False) or err in (
                                 Errors.NotLeaderForPartitionError,
                                 Errors.UnknownTopicOrPartitionError):
-                            raise RetriableBrokerError(f"OffsetsForLeaderEpoch of "
-                                                       f"{tp[0]}-{tp[1]}: {err.__name__}")
+                            failed.add(f"OffsetsForLeaderEpoch of {tp[0]}-{tp[1]}: "
+                                       f"{err.__name__}")
+                            continue
                         raise TopicError(f"Could not validate the position in "
                                          f"{tp[0]}-{tp[1]} (OffsetsForLeaderEpoch): "
                                          f"{err.__name__}")
-                    result[tp] = (p.leader_epoch, p.end_offset)
-        return result
+                    found[tp] = (p.leader_epoch, p.end_offset)
+        failed.raise_if_any(rest, found)     # the retry looks the leaders up (:meth:`leaders`)
+        return found
 
     # --- fetch ---------------------------------------------------------------------------
 

@@ -31,7 +31,8 @@ from kafka.protocol.metadata import CoordinatorType
 
 from ...config.client_config import TLS_SETTINGS, connection_settings, uses_tls
 from ...config.secrets import reveal
-from ...errors import BrokerSecurityError, BrokerUnavailableError, BrokerUnreachableError
+from ...errors import (BrokerSecurityError, BrokerUnavailableError, BrokerUnreachableError,
+                       RetriableBrokerError)
 from .handshake import ConnectionManager
 from .oauth import token_provider
 from .reauth import reauthentication_due, start_reauthentication
@@ -130,7 +131,8 @@ class BrokerTransport:
                              time.monotonic() + timeout_ms / 1000)
         return self._answer(node_id, future, timeout_ms, time.monotonic() + timeout_ms / 1000)
 
-    def send_all(self, requests, timeout_ms: int | None = None) -> list:
+    def send_all(self, requests, timeout_ms: int | None = None, *,
+                 partial: bool = False) -> list:
         """Send each ``(node_id, request)`` of ``requests`` and wait for every response; the
         responses in the order of ``requests``.
 
@@ -139,21 +141,44 @@ class BrokerTransport:
         OffsetsForLeaderEpoch) costs one round trip to the slowest of them, not one round trip
         per leader, which on a cluster of N brokers was N round trips per trigger. The
         Java consumer does the same (its offset lookups go to every leader before it waits).
-        Errors as :meth:`send`'s: the first request that failed, in the order given, raises
-        (what the others answered is dropped: the caller's retry asks again); ``timeout_ms``
-        bounds the whole exchange."""
+        ``timeout_ms`` bounds the whole exchange.
+
+        Errors as :meth:`send`'s: the first request that failed, in the order given, raises,
+        and what the others answered is dropped. With ``partial``, a request whose broker could
+        not be reached or did not answer in time (:class:`RetriableBrokerError`) takes its
+        place in the list as that error, and the other brokers' answers are kept: a caller that
+        retries asks again only what failed (one broker restarting does not cost the answers
+        of the others). Errors no retry can mend (TLS, SASL) raise either way."""
         if len(requests) == 1:
             node_id, request = requests[0]
-            return [self.send(node_id, request, timeout_ms)]
+            try:
+                return [self.send(node_id, request, timeout_ms)]
+            except RetriableBrokerError as exc:
+                if not partial:
+                    raise
+                return [exc]
         self.bootstrap()
         timeout_ms = self.request_timeout_ms if timeout_ms is None else timeout_ms
         deadline = time.monotonic() + timeout_ms / 1000
         futures = []
         for node_id, request in requests:
             self.last_node = node_id
-            futures.append(self._start(node_id, request, timeout_ms, deadline))
-        return [self._answer(node_id, future, timeout_ms, deadline)
+            futures.append(self._kept(partial, self._start, node_id, request, timeout_ms,
+                                      deadline))
+        return [future if isinstance(future, RetriableBrokerError) else
+                self._kept(partial, self._answer, node_id, future, timeout_ms, deadline)
                 for (node_id, _), future in zip(requests, futures)]
+
+    @staticmethod
+    def _kept(partial: bool, step, *args):
+        """``step(*args)``; with ``partial``, a :class:`RetriableBrokerError` it raises is
+        returned instead (:meth:`send_all`)."""
+        try:
+            return step(*args)
+        except RetriableBrokerError as exc:
+            if not partial:
+                raise
+            return exc
 
     def _start(self, node_id, request, timeout_ms: int, deadline: float):
         """``request`` handed to ``node_id``'s connection (connecting first, at most until
