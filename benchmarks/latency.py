@@ -24,7 +24,9 @@ counted. Reported per point: p50, p99, p99.9 and max latency, records counted an
 from Spark's progress reports the median trigger and its steps (``latestOffset``,
 ``queryPlanning``, ``walCommit``, ``addBatch`` -- where the tasks read and write --,
 ``commitOffsets``) with the rows per trigger: where a record waits; and each step's 95th
-percentile, where the tail comes from. ``--json`` writes it all.
+percentile, where the tail comes from. ``--rounds N`` measures every point N times, the readers'
+order reversed every other round, and adds each reader's medians over the rounds and the ratios
+of the first reader to the others per round. ``--json`` writes it all.
 """
 
 from __future__ import annotations
@@ -235,21 +237,67 @@ def step_figures(progress: list[dict]) -> dict:
 
 
 def print_table(rows: list[dict]) -> None:
-    head = ("rate", "trigger", "reader", "p50", "p99", "p99.9", "max", "records", "missing",
-            "dup", "trigger ms", "latestOffset", "planning", "walCommit", "addBatch", "commit",
+    head = ("rate", "trigger", "reader", "round", "p50", "p99", "p99.9", "max", "records",
+            "missing", "dup", "trigger ms", "latestOffset", "planning", "walCommit", "addBatch", "commit",
             "rows/trigger", "trigger p95", "addBatch p95")
     print(" | ".join(head))
     for r in rows:
         if r.get("error") and not r.get("records"):
-            print(f"{r['rate']} | {r['trigger_ms']} | {r['reader']} | ERROR {r['error'][:300]}")
+            print(f"{r['rate']} | {r['trigger_ms']} | {r['reader']} | {r.get('round', 1)} | "
+                  f"ERROR {r['error'][:300]}")
             continue
-        cells = [r["rate"], r["trigger_ms"], r["reader"]]
+        cells = [r["rate"], r["trigger_ms"], r["reader"], r.get("round", 1)]
         cells += [None if r.get(k) is None else round(r[k]) for k in
                   ("p50_ms", "p99_ms", "p999_ms", "max_ms")]
         cells += [r.get("records"), r.get("missing"), r.get("duplicates")]
         cells += [r.get(f"{s}_ms") for s in STEPS] + [r.get("rows_per_trigger")]
         cells += [r.get("triggerExecution_p95_ms"), r.get("addBatch_p95_ms")]
         print(" | ".join(str(c) for c in cells))
+
+
+QUANTILES = ("p50_ms", "p99_ms", "p999_ms")
+
+
+def over_rounds(rows: list[dict]) -> list[dict]:
+    """Per point (rate, trigger): each reader's median p50, p99 and p99.9 over its rounds, and
+    for the first reader against each other, the ratio of each quantile in every round (both
+    measured in that round) with the median of those ratios. A p99 over 60,000 records moves by
+    10% between runs of the same reader on a small machine: one round is a direction."""
+    out = []
+    points = dict.fromkeys((r["rate"], r["trigger_ms"]) for r in rows)
+    for rate, trigger_ms in points:
+        mine = [r for r in rows if (r["rate"], r["trigger_ms"]) == (rate, trigger_ms)
+                and r.get("records") and r.get(QUANTILES[0]) is not None]
+        readers = list(dict.fromkeys(r["reader"] for r in mine))
+        point = {"rate": rate, "trigger_ms": trigger_ms, "readers": {}, "paired": {}}
+        for reader in readers:
+            theirs = [r for r in mine if r["reader"] == reader]
+            point["readers"][reader] = {"rounds": len(theirs), **{
+                q: statistics.median(r[q] for r in theirs) for q in QUANTILES}}
+        for other in readers[1:]:
+            by_round = {r.get("round", 1): r for r in mine if r["reader"] == other}
+            pairs = [(r, by_round[r.get("round", 1)]) for r in mine
+                     if r["reader"] == readers[0] and r.get("round", 1) in by_round]
+            if not pairs:
+                continue
+            point["paired"][f"{readers[0]}/{other}"] = {q: {
+                "ratios": [round(a[q] / b[q], 3) for a, b in pairs],
+                "median": round(statistics.median(a[q] / b[q] for a, b in pairs), 3)}
+                for q in QUANTILES}
+        out.append(point)
+    return out
+
+
+def print_over_rounds(summary: list[dict]) -> None:
+    for point in summary:
+        head = f"{point['rate']} records/s, trigger {point['trigger_ms']} ms"
+        for reader, f in point["readers"].items():
+            print(f"{head}: {reader} over {f['rounds']} rounds, median p50 {f['p50_ms']:.0f}, "
+                  f"p99 {f['p99_ms']:.0f}, p99.9 {f['p999_ms']:.0f} ms")
+        for pair, ratios in point["paired"].items():
+            print(f"{head}: {pair} per round " + "; ".join(
+                f"{q[:-3]} {', '.join(f'{x:.2f}' for x in r['ratios'])} (median "
+                f"{r['median']:.2f})" for q, r in ratios.items()))
 
 
 def main(argv=None) -> int:
@@ -261,6 +309,10 @@ def main(argv=None) -> int:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=60.0, help="measured seconds per point")
     ap.add_argument("--warmup", type=float, default=15.0, help="seconds not counted, first")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="rounds per point, the readers' order reversed every other round; "
+                         "each reader's median p50/p99/p99.9 over the rounds and the paired "
+                         "ratios (default 1)")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)
     readers = [r for r in args.readers.split(",") if r]
@@ -280,21 +332,30 @@ def main(argv=None) -> int:
     try:
         for rate in (int(x) for x in args.rates.split(",") if x.strip()):
             for trigger_ms in (int(x) for x in args.triggers.split(",") if x.strip()):
-                for reader in readers:
-                    n += 1
-                    log(f"{rate} records/s, trigger {trigger_ms} ms: {reader} ...")
-                    row = run_point(reader, bootstrap, rate, trigger_ms, args, n)
-                    rows.append(row)
-                    log("  " + json.dumps(row))
+                for round_no in range(1, args.rounds + 1):
+                    # Alternated, so neither reader always runs on the machine the other
+                    # left behind (its page cache, the broker's warm segments).
+                    for reader in (readers if round_no % 2 else readers[::-1]):
+                        n += 1
+                        log(f"{rate} records/s, trigger {trigger_ms} ms: {reader}"
+                            + (f", round {round_no}" if args.rounds > 1 else "") + " ...")
+                        row = run_point(reader, bootstrap, rate, trigger_ms, args, n)
+                        row["round"] = round_no
+                        rows.append(row)
+                        log("  " + json.dumps(row))
     finally:
         if broker is not None:
             broker.stop()
     print_table(rows)
+    summary = over_rounds(rows)
+    if args.rounds > 1:
+        print_over_rounds(summary)
     if args.json:
         Path(args.json).write_text(json.dumps({
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": os.uname().nodename,
             "cpus": os.cpu_count(), "seconds": args.seconds, "warmup": args.warmup,
-            "partitions": args.partitions, "rows": rows}, indent=2))
+            "partitions": args.partitions, "rounds": args.rounds, "over_rounds": summary,
+            "rows": rows}, indent=2))
     return 1 if any(r.get("error") for r in rows) else 0
 
 

@@ -58,3 +58,25 @@ def test_steps_are_taken_from_the_triggers_that_read_rows_with_their_tail():
     assert figures["addBatch_p95_ms"] == 98
     assert figures["walCommit_ms"] == 0                        # a step Spark did not report
     assert latency.step_figures([progress[0]]) == {"triggers": 0}
+
+
+def test_rounds_give_each_reader_its_medians_and_the_paired_ratios_per_round():
+    def row(reader, round_no, p50, p99, p999, rate=1000):
+        return {"reader": reader, "rate": rate, "trigger_ms": 0, "round": round_no,
+                "records": 60_000, "p50_ms": p50, "p99_ms": p99, "p999_ms": p999}
+
+    rows = [row("pykafka", 1, 250, 600, 800), row("jvm", 1, 300, 500, 1000),
+            row("jvm", 2, 310, 700, 1100), row("pykafka", 2, 240, 630, 820),
+            row("pykafka", 3, 260, 900, 900), row("jvm", 3, 280, 650, 1200),
+            {"reader": "jvm", "rate": 1000, "trigger_ms": 0, "round": 4, "error": "no report"},
+            row("pykafka", 1, 100, 200, 300, rate=10_000)]
+    summary = latency.over_rounds(rows)
+    assert [(p["rate"], p["trigger_ms"]) for p in summary] == [(1000, 0), (10_000, 0)]
+    first = summary[0]
+    assert first["readers"]["pykafka"] == {"rounds": 3, "p50_ms": 250, "p99_ms": 630,
+                                           "p999_ms": 820}
+    assert first["readers"]["jvm"]["rounds"] == 3 and first["readers"]["jvm"]["p99_ms"] == 650
+    p99 = first["paired"]["pykafka/jvm"]["p99_ms"]
+    assert p99["ratios"] == [1.2, 0.9, 1.385]                  # each round against its own
+    assert p99["median"] == 1.2
+    assert summary[1]["paired"] == {}                          # no JVM row at that point
