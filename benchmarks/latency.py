@@ -238,8 +238,8 @@ def step_figures(progress: list[dict]) -> dict:
 
 def print_table(rows: list[dict]) -> None:
     head = ("rate", "trigger", "reader", "round", "p50", "p99", "p99.9", "max", "records",
-            "missing", "dup", "trigger ms", "latestOffset", "planning", "walCommit", "addBatch", "commit",
-            "rows/trigger", "trigger p95", "addBatch p95")
+            "missing", "dup", "trigger ms", "latestOffset", "planning", "walCommit", "addBatch",
+            "commit", "rows/trigger", "trigger p95", "addBatch p95")
     print(" | ".join(head))
     for r in rows:
         if r.get("error") and not r.get("records"):
@@ -315,6 +315,8 @@ def main(argv=None) -> int:
                          "ratios (default 1)")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)
+    if args.rounds < 1:
+        ap.error(f"--rounds must be 1 or more, not {args.rounds}")
     readers = [r for r in args.readers.split(",") if r]
     readers = drop_missing_jvm(readers, log)
 
