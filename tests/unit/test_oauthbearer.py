@@ -435,3 +435,39 @@ def test_a_refused_refresh_keeps_the_valid_token_until_it_expires(caplog):
         clock.now += 101                          # expired: now the refusal is the answer
         with pytest.raises(BrokerSecurityError):
             provider.token()
+
+
+def test_a_token_in_its_last_two_seconds_is_not_handed_to_a_new_session(tmp_path):
+    # A token of 4 s is refreshed at 0.8 of its lifetime, as Java does: 0.8 s before it
+    # expires. A re-authentication on it then got a session the broker ends before the
+    # connection may re-authenticate again (at most once a second), and the broker closed the
+    # connection. With less than MIN_SESSION_S left, the provider gets a new token first.
+    from kafka_source.wire.net.oauth import MIN_SESSION_S
+
+    path = tmp_path / "token"
+    clock = Clock(1_000_000.0)
+
+    def write(iat: float, exp: float) -> str:
+        token = (base64.urlsafe_b64encode(b'{"alg":"none"}').rstrip(b"=").decode() + "."
+                 + base64.urlsafe_b64encode(json.dumps({"sub": "pod", "iat": iat, "exp": exp})
+                                            .encode()).rstrip(b"=").decode() + ".")
+        path.write_text(token)
+        return token
+
+    login = login_of({**oidc_options(f"file://{path}"), "kafka.sasl.jaas.config": f"{MODULE};"})
+    first = write(clock.now, clock.now + 4)
+    provider = TokenProvider(login, clock=clock, sleep=clock.sleep, draw=lambda: 0.0)
+    assert provider.token() == first
+    clock.now += 4 - MIN_SESSION_S - 0.1              # 2.1 s left: kept
+    second = write(clock.now, clock.now + 4)
+    assert provider.token() == first
+    clock.now += 0.2                                   # 1.9 s left (its refresh is at 3.2 s)
+    assert provider.token() == second
+    # A token whose whole lifetime is that short is kept to its refresh time, not asked for
+    # again at every call.
+    clock.now += 3                                     # the 4 s token's refresh time passed
+    short = write(clock.now, clock.now + 1.5)
+    assert provider.token() == short
+    write(clock.now, clock.now + 1.5)
+    clock.now += 0.5                                   # 1.0 s left, refreshed at 1.2 s
+    assert provider.token() == short

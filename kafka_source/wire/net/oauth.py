@@ -126,6 +126,21 @@ def refresh_time(login: OAuthBearerLogin, *, now: float, start: float, expires: 
     return max(min(proposed, expires - buffer), now + min_period)
 
 
+# The least a token handed to a SASL exchange must have left. A broker ends the session at the
+# token's expiry and accepts a re-authentication at most once a second per connection
+# (:data:`kafka_source.wire.net.reauth.MIN_REAUTH_INTERVAL_S`); the connection re-authenticates
+# at :data:`~kafka_source.wire.net.reauth.REAUTH_AT` (0.7) of the session. A session shorter than
+# about 1.5 s therefore cannot be renewed, and the broker closes the connection at its end. Java
+# refreshes at the same times as this provider and would hand out such a token too, but only
+# tokens of a few seconds ever get there: with the default buffer (300 s) a token of an hour is
+# refreshed 5 minutes before it expires. Seen with tokens of 4 s (refreshed with 0.6-0.8 s
+# left): a re-authentication in that window got a session of 505 ms, and the next request,
+# 0.5 s later, found the connection closed (tests/integration/test_security.py, 1 CI run).
+# That test's sessions, two runs each way: 3-6 of 0.62-1.06 s a run before, none under 3.0 s
+# after.
+MIN_SESSION_S = 2.0
+
+
 class TokenProvider(AbstractTokenProvider):
     """Tokens of one :class:`OAuthBearerLogin`, cached and refreshed; thread-safe."""
 
@@ -139,6 +154,7 @@ class TokenProvider(AbstractTokenProvider):
         self._lock = threading.Lock()
         self._token: str | None = None
         self._expires = 0.0
+        self._lifetime = 0.0
         self._refresh_at = 0.0
         self._next_try = 0.0          # no new request before this (after a failure)
         self._tls = None
@@ -155,7 +171,7 @@ class TokenProvider(AbstractTokenProvider):
     def token(self) -> str:
         with self._lock:
             now = self._clock()
-            if self._token is not None and now < self._refresh_at:
+            if self._token is not None and now < self._refresh_at and not self._ending(now):
                 return self._token
             valid = self._token is not None and now < self._expires
             if valid and now < self._next_try:
@@ -171,6 +187,13 @@ class TokenProvider(AbstractTokenProvider):
                 log.warning("OAUTHBEARER: could not refresh the token (%s); the current one is "
                             "valid for %.0f s more and still used.", exc, self._expires - now)
             return self._token
+
+    def _ending(self, now: float) -> bool:
+        """Whether the token has less than :data:`MIN_SESSION_S` left, too little for a
+        session the connection can renew, and a new one would last at least twice that. (A
+        token whose whole lifetime is shorter is kept to its refresh time, not asked for again
+        at every call.)"""
+        return self._expires - now < MIN_SESSION_S and self._lifetime >= 2 * MIN_SESSION_S
 
     # --- getting a token --------------------------------------------------------------------
 
@@ -200,6 +223,7 @@ class TokenProvider(AbstractTokenProvider):
         issued = (jwt_claims(token) or {}).get("iat") if login.token_endpoint_url else None
         began = (issued if isinstance(issued, (int, float)) and not isinstance(issued, bool)
                  and issued <= start else start)
+        self._lifetime = max(expires - began, 0.0)     # what a new token would bring
         self._refresh_at = refresh_time(login, now=start, start=began, expires=expires,
                                         draw=self._draw())
         self._next_try = 0.0
