@@ -224,6 +224,15 @@ def test_the_token_is_refreshed_as_java_refreshes_it(idp):
     assert _refreshed_at(jitter, idp, draw=0.5) == 850
 
 
+def write_token(path, iat: float, exp: float) -> str:
+    """An unsigned JWT with these ``iat`` and ``exp`` written to the token file ``path``."""
+    token = (base64.urlsafe_b64encode(b'{"alg":"none"}').rstrip(b"=").decode() + "."
+             + base64.urlsafe_b64encode(json.dumps({"sub": "pod", "iat": iat, "exp": exp})
+                                        .encode()).rstrip(b"=").decode() + ".")
+    path.write_text(token)
+    return token
+
+
 def test_the_refresh_counts_the_lifetime_from_the_tokens_iat(tmp_path):
     # A token file with a token issued 3,000 s ago that expires in 600 s: its window (0.8 of
     # 3,600 s) has passed, so it is refreshed after the minimum period, 60 s, not after 300.
@@ -231,11 +240,7 @@ def test_the_refresh_counts_the_lifetime_from_the_tokens_iat(tmp_path):
     clock = Clock(__import__("time").time())
 
     def write(iat: float, exp: float) -> str:
-        token = (base64.urlsafe_b64encode(b'{"alg":"none"}').rstrip(b"=").decode() + "."
-                 + base64.urlsafe_b64encode(json.dumps({"sub": "pod", "iat": iat, "exp": exp})
-                                            .encode()).rstrip(b"=").decode() + ".")
-        path.write_text(token)
-        return token
+        return write_token(path, iat, exp)
 
     first = write(clock.now - 3000, clock.now + 600)
     provider = TokenProvider(login_of({**oidc_options(f"file://{path}"),
@@ -448,11 +453,7 @@ def test_a_token_in_its_last_two_seconds_is_not_handed_to_a_new_session(tmp_path
     clock = Clock(1_000_000.0)
 
     def write(iat: float, exp: float) -> str:
-        token = (base64.urlsafe_b64encode(b'{"alg":"none"}').rstrip(b"=").decode() + "."
-                 + base64.urlsafe_b64encode(json.dumps({"sub": "pod", "iat": iat, "exp": exp})
-                                            .encode()).rstrip(b"=").decode() + ".")
-        path.write_text(token)
-        return token
+        return write_token(path, iat, exp)
 
     login = login_of({**oidc_options(f"file://{path}"), "kafka.sasl.jaas.config": f"{MODULE};"})
     first = write(clock.now, clock.now + 4)
