@@ -32,7 +32,7 @@ import operator
 import time
 from dataclasses import dataclass
 from itertools import groupby, repeat
-from typing import Callable, Iterable, Mapping, NamedTuple, TypeVar
+from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, TypeVar
 
 import kafka.errors as Errors
 from kafka.protocol.consumer import OffsetForLeaderEpochRequest
@@ -160,6 +160,15 @@ class _Failures:
 
     def add(self, error: str) -> None:
         self.errors.append(error)
+
+    def answered(self, responses: list) -> Iterator:
+        """The answers among ``responses`` (:meth:`BrokerTransport.send_all` with
+        ``partial``); the brokers that failed instead are noted."""
+        for response in responses:
+            if isinstance(response, RetriableBrokerError):
+                self.add(str(response))
+            else:
+                yield response
 
     def raise_if_any(self, asked: Mapping, found: Mapping) -> None:
         if not self.errors:
@@ -607,10 +616,7 @@ class BrokerClient(BrokerTransport):
                                             timeout_ms=self.request_timeout_ms))
             for leader, topics in routes.items()], partial=True)
         failed = _Failures()
-        for response in responses:
-            if isinstance(response, RetriableBrokerError):
-                failed.add(str(response))
-                continue
+        for response in failed.answered(responses):
             for topic in response.topics:
                 # Rows are (partition, error code, timestamp, offset, leader epoch, ...)
                 name, rows = topic.name, topic.rows     # (planning_protocol.OffsetsTopic)
@@ -679,10 +685,7 @@ class BrokerClient(BrokerTransport):
                 replica_id=-1, topics=[T(topic=t, partitions=ps) for t, ps in topics.items()],
                 min_version=2)))
         failed = _Failures()
-        for response in self.send_all(requests, partial=True):     # all leaders at once
-            if isinstance(response, RetriableBrokerError):
-                failed.add(str(response))
-                continue
+        for response in failed.answered(self.send_all(requests, partial=True)):   # all at once
             for topic in response.topics:
                 for p in topic.partitions:
                     tp = (topic.topic, p.partition)

@@ -151,12 +151,7 @@ class BrokerTransport:
         of the others). Errors no retry can mend (TLS, SASL) raise either way."""
         if len(requests) == 1:
             node_id, request = requests[0]
-            try:
-                return [self.send(node_id, request, timeout_ms)]
-            except RetriableBrokerError as exc:
-                if not partial:
-                    raise
-                return [exc]
+            return [self._kept(partial, self.send, node_id, request, timeout_ms)]
         self.bootstrap()
         timeout_ms = self.request_timeout_ms if timeout_ms is None else timeout_ms
         deadline = time.monotonic() + timeout_ms / 1000
