@@ -472,3 +472,29 @@ def test_a_token_in_its_last_two_seconds_is_not_handed_to_a_new_session(tmp_path
     write(clock.now, clock.now + 1.5)
     clock.now += 0.5                                   # 1.0 s left, refreshed at 1.2 s
     assert provider.token() == short
+
+
+def test_a_token_already_ending_when_got_is_kept_to_its_refresh_time(tmp_path, monkeypatch):
+    # An endpoint that hands out the same cached token until it expires (here: a token file not
+    # rewritten) has nothing fresher in that token's last 2 s. The provider asks once there and
+    # keeps what it got to its refresh time, rather than at every new connection.
+    from kafka_source.wire.net.oauth import MIN_SESSION_S
+
+    path = tmp_path / "token"
+    clock = Clock(1_000_000.0)
+    token = write_token(path, clock.now, clock.now + 10)
+    login = login_of({**oidc_options(f"file://{path}"), "kafka.sasl.jaas.config": f"{MODULE};"})
+    provider = TokenProvider(login, clock=clock, sleep=clock.sleep, draw=lambda: 0.0)
+    asked = []
+    request = provider._request
+    monkeypatch.setattr(provider, "_request", lambda now: (asked.append(now), request(now))[1])
+    assert provider.token() == token and len(asked) == 1
+    clock.now += 10 - MIN_SESSION_S + 0.5             # 1.5 s left: asked again, the same token
+    assert provider.token() == token and len(asked) == 2
+    for _ in range(5):                                 # kept to 0.8 of the 1.5 s it had left
+        clock.now += 0.2
+        assert provider.token() == token
+    assert len(asked) == 2
+    clock.now += 0.3                                   # its refresh time (1.2 s after) passed
+    fresh = write_token(path, clock.now, clock.now + 10)
+    assert provider.token() == fresh and len(asked) == 3

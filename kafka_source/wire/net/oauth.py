@@ -155,6 +155,7 @@ class TokenProvider(AbstractTokenProvider):
         self._token: str | None = None
         self._expires = 0.0
         self._lifetime = 0.0
+        self._left_when_got = 0.0     # what the token had left when the provider got it
         self._refresh_at = 0.0
         self._next_try = 0.0          # no new request before this (after a failure)
         self._tls = None
@@ -190,10 +191,14 @@ class TokenProvider(AbstractTokenProvider):
 
     def _ending(self, now: float) -> bool:
         """Whether the token has less than :data:`MIN_SESSION_S` left, too little for a
-        session the connection can renew, and a new one would last at least twice that. (A
-        token whose whole lifetime is shorter is kept to its refresh time, not asked for again
-        at every call.)"""
-        return self._expires - now < MIN_SESSION_S and self._lifetime >= 2 * MIN_SESSION_S
+        session the connection can renew, and a new one would last at least twice that.
+
+        A token is kept to its refresh time, not asked for again at every call, when its whole
+        lifetime is shorter, or when it already had less than that left when it was got: an
+        endpoint that hands out the same cached token until it expires (or a token file not
+        yet rewritten) has nothing fresher to give before then."""
+        return (self._expires - now < MIN_SESSION_S and self._lifetime >= 2 * MIN_SESSION_S
+                and self._left_when_got >= MIN_SESSION_S)
 
     # --- getting a token --------------------------------------------------------------------
 
@@ -217,7 +222,7 @@ class TokenProvider(AbstractTokenProvider):
                     self._sleep(backoff)
                     backoff = min(backoff * 2, login.retry_backoff_max_ms / 1000)
         lifetime = max(expires - start, 0.0)
-        self._token, self._expires = token, expires
+        self._token, self._expires, self._left_when_got = token, expires, lifetime
         # The lifetime's start is the token's 'iat' claim when it has one in the past (an
         # endpoint may hand out a token it issued earlier), as Java takes the token's start.
         issued = (jwt_claims(token) or {}).get("iat") if login.token_endpoint_url else None
