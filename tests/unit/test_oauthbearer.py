@@ -451,25 +451,21 @@ def test_a_token_in_its_last_two_seconds_is_not_handed_to_a_new_session(tmp_path
 
     path = tmp_path / "token"
     clock = Clock(1_000_000.0)
-
-    def write(iat: float, exp: float) -> str:
-        return write_token(path, iat, exp)
-
     login = login_of({**oidc_options(f"file://{path}"), "kafka.sasl.jaas.config": f"{MODULE};"})
-    first = write(clock.now, clock.now + 4)
+    first = write_token(path, clock.now, clock.now + 4)
     provider = TokenProvider(login, clock=clock, sleep=clock.sleep, draw=lambda: 0.0)
     assert provider.token() == first
     clock.now += 4 - MIN_SESSION_S - 0.1              # 2.1 s left: kept
-    second = write(clock.now, clock.now + 4)
+    second = write_token(path, clock.now, clock.now + 4)
     assert provider.token() == first
     clock.now += 0.2                                   # 1.9 s left (its refresh is at 3.2 s)
     assert provider.token() == second
     # A token whose whole lifetime is that short is kept to its refresh time, not asked for
     # again at every call.
     clock.now += 3                                     # the 4 s token's refresh time passed
-    short = write(clock.now, clock.now + 1.5)
+    short = write_token(path, clock.now, clock.now + 1.5)
     assert provider.token() == short
-    write(clock.now, clock.now + 1.5)
+    write_token(path, clock.now, clock.now + 1.5)
     clock.now += 0.5                                   # 1.0 s left, refreshed at 1.2 s
     assert provider.token() == short
 

@@ -154,8 +154,7 @@ class TokenProvider(AbstractTokenProvider):
         self._lock = threading.Lock()
         self._token: str | None = None
         self._expires = 0.0
-        self._lifetime = 0.0
-        self._left_when_got = 0.0     # what the token had left when the provider got it
+        self._replace_early = False   # replaced in its last MIN_SESSION_S (see _ending)
         self._refresh_at = 0.0
         self._next_try = 0.0          # no new request before this (after a failure)
         self._tls = None
@@ -197,8 +196,7 @@ class TokenProvider(AbstractTokenProvider):
         lifetime is shorter, or when it already had less than that left when it was got: an
         endpoint that hands out the same cached token until it expires (or a token file not
         yet rewritten) has nothing fresher to give before then."""
-        return (self._expires - now < MIN_SESSION_S and self._lifetime >= 2 * MIN_SESSION_S
-                and self._left_when_got >= MIN_SESSION_S)
+        return self._replace_early and self._expires - now < MIN_SESSION_S
 
     # --- getting a token --------------------------------------------------------------------
 
@@ -222,13 +220,14 @@ class TokenProvider(AbstractTokenProvider):
                     self._sleep(backoff)
                     backoff = min(backoff * 2, login.retry_backoff_max_ms / 1000)
         lifetime = max(expires - start, 0.0)
-        self._token, self._expires, self._left_when_got = token, expires, lifetime
+        self._token, self._expires = token, expires
         # The lifetime's start is the token's 'iat' claim when it has one in the past (an
         # endpoint may hand out a token it issued earlier), as Java takes the token's start.
         issued = (jwt_claims(token) or {}).get("iat") if login.token_endpoint_url else None
         began = (issued if isinstance(issued, (int, float)) and not isinstance(issued, bool)
                  and issued <= start else start)
-        self._lifetime = max(expires - began, 0.0)     # what a new token would bring
+        # What a new token would bring (its whole lifetime), and what this one had left when got.
+        self._replace_early = expires - began >= 2 * MIN_SESSION_S and lifetime >= MIN_SESSION_S
         self._refresh_at = refresh_time(login, now=start, start=began, expires=expires,
                                         draw=self._draw())
         self._next_try = 0.0
