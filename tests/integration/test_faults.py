@@ -203,6 +203,9 @@ def without_partitions(faulty):
 
 def test_batch_read_outlasts_a_broker_that_knows_the_brokers_but_not_the_partitions(
         spark, faulty, proxy):
+    if not faulty.broker.zookeeper_mode:
+        pytest.skip("only a ZooKeeper-mode broker serves Metadata before it has learnt the "
+                    "cluster's partitions; a KRaft broker's answer is final (the next test)")
     counts = {0: 30, 1: 45}
     topic = topic_with(faulty, "zk-no-partitions", counts)
     # It used to fail at once with "Topic ... does not exist" (issue 17).
@@ -211,6 +214,22 @@ def test_batch_read_outlasts_a_broker_that_knows_the_brokers_but_not_the_partiti
     rows = batch_rows(spark, faulty.via_proxy, topic)
     assert fault.injected == 4
     check_exactly_once(rows, counts)
+
+
+def test_a_kraft_broker_that_lists_no_topic_is_believed_about_a_missing_one(
+        spark, faulty, proxy):
+    if faulty.broker.zookeeper_mode:
+        pytest.skip("a ZooKeeper-mode broker that lists no topic may not have learnt the "
+                    "partitions yet: doubted (the test before)")
+    # What a new KRaft cluster answers (its brokers serve only once they have caught up): the
+    # topic unknown, and no topic at all. The read used to take this for a starting broker
+    # and ask again until the planning retries ran out (30 s with the default options).
+    missing = unique_topic_name("missing-on-empty")
+    fault = proxy.inject(ApiKey.Metadata, "answer", answer=without_partitions(faulty),
+                         match=is_metadata_of(missing), times=4)
+    with pytest.raises(Exception, match=f"Topic '{missing}' does not exist"):
+        batch_rows(spark, faulty.via_proxy, missing)
+    assert fault.injected == 1      # the named topic's answer, believed; no whole list asked
 
 
 def test_stream_outlasts_a_broker_that_knows_the_brokers_but_not_the_partitions(

@@ -82,6 +82,7 @@ class FakeCluster:
         self.epoch_requests: list[dict] = []
         self._leader_cache: dict = {}     # BrokerClient's, filled by leaders() as it fills it
         self.leader_lookups: list[list] = []           # the partitions of each leaders() call
+        self.kraft = False                # see kraft_broker()
 
     def hw(self, tp) -> int:
         log = self.logs[tp]
@@ -123,10 +124,17 @@ class FakeCluster:
                 self._leader_cache[topic] = (now, {p: i.leader for p, i in info.partitions.items()})
         return result
 
-    # The real retry loop around ``metadata`` (it only uses ``metadata``, ``view`` and
-    # ``bootstrap_servers``), so planning is tested with the retries it really has.
+    # The real retry loop around ``metadata`` (it only uses ``metadata``, ``view``,
+    # ``bootstrap_servers`` and ``kraft_broker``), so planning is tested with the retries it
+    # really has.
     topic_metadata = BrokerClient.topic_metadata
     checked_metadata = BrokerClient.checked_metadata
+    _check_unknown = BrokerClient._check_unknown
+
+    def kraft_broker(self, node) -> bool:
+        """False: the fake plays a ZooKeeper-mode broker, whose unknown topics are checked
+        against its whole topic list (``kraft`` True plays a KRaft one)."""
+        return self.kraft
 
     def leaders(self, tps):
         for topic, partition in tps:

@@ -7,7 +7,10 @@ response objects); what a restarting Kafka really answers is in the module docst
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
+from kafka.protocol.broker_version_data import BROKER_API_VERSIONS, BrokerVersionData
 from kafka.protocol.metadata import MetadataResponse
 
 from kafka_source.errors import BrokerUnavailableError, TopicError
@@ -122,6 +125,53 @@ def test_topic_metadata_waits_for_a_broker_that_knows_the_brokers_but_no_partiti
                   answer({"t": 0})) as client:
         infos = client.topic_metadata(["t"], NO_WAIT)
     assert infos["t"].error_code == 0 and client.sent == 3
+
+
+def broker_versions(client, *, zookeeper: bool, node=None):
+    """Give ``client`` the ApiVersions of a Kafka 3.9 broker in ZooKeeper mode (which lists
+    UpdateMetadata, api key 6) or in KRaft mode (which does not): the bootstrap's, or those of
+    its connection to ``node``."""
+    api_keys = dict(BROKER_API_VERSIONS[(3, 9)])
+    if not zookeeper:
+        for key in (4, 5, 6, 7):          # LeaderAndIsr .. ControlledShutdown: zkBroker only
+            del api_keys[key]
+    versions = BrokerVersionData(api_versions=api_keys)
+    if node is None:
+        client._connections.broker_version_data = versions
+    else:
+        client._connections._conns[node] = SimpleNamespace(broker_version_data=versions)
+
+
+def test_a_kraft_brokers_unknown_topic_is_believed_at_once_on_a_cluster_without_topics():
+    # A new KRaft cluster has no topic at all; its brokers serve only once they have caught up
+    # with the cluster's metadata. A misspelt topic there used to be doubted (as a starting
+    # ZooKeeper-mode broker's answer) until the planning retries ran out: 30 s by default.
+    retries = Retries(count=30, interval_ms=1000, window_ms=30_000)
+    with Scripted(answer({"nope": UNKNOWN_TOPIC_OR_PARTITION}), answer({})) as client:
+        broker_versions(client, zookeeper=False)
+        infos = client.topic_metadata(["nope"], retries)
+        with pytest.raises(TopicError, match="'nope' does not exist"):
+            readable_topic("nope", infos["nope"], client.bootstrap_servers)
+    assert client.sent == 1            # nor is a large cluster asked for its whole topic list
+
+
+def test_a_zookeeper_mode_brokers_unknown_topic_on_an_empty_list_is_still_doubted():
+    with Scripted(answer({"t": UNKNOWN_TOPIC_OR_PARTITION}), answer({}),
+                  answer({"t": 0})) as client:
+        broker_versions(client, zookeeper=True)
+        infos = client.topic_metadata(["t"], NO_WAIT)
+    assert infos["t"].error_code == 0 and client.sent == 3
+
+
+def test_what_the_answering_broker_said_at_its_own_connection_decides():
+    # Bootstrapped from a KRaft broker, answered by one still in ZooKeeper mode (a cluster
+    # being migrated to KRaft has both): that broker's answer is doubted as before.
+    with Scripted(answer({"t": UNKNOWN_TOPIC_OR_PARTITION}), answer({}),
+                  answer({"t": 0})) as client:
+        broker_versions(client, zookeeper=False)
+        broker_versions(client, zookeeper=True, node=1)
+        assert client.topic_metadata(["t"], NO_WAIT)["t"].error_code == 0
+    assert client.sent == 3
 
 
 def test_topic_metadata_doubts_a_topic_it_has_seen_until_answers_agree_for_the_bound(

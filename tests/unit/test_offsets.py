@@ -108,6 +108,15 @@ def test_a_topic_the_broker_does_not_list_is_an_error_at_once():
     assert fake.metadata_calls == [["nope", "t"], None]
 
 
+def test_a_kraft_broker_is_not_asked_for_its_whole_topic_list_about_a_missing_topic():
+    # It serves only once it knows the cluster: its "unknown" is final, whatever else it lists.
+    fake = cluster()
+    fake.kraft = True
+    with pytest.raises(TopicError, match="Topic 'nope' does not exist"):
+        plan(fake, subscribe="t,nope")
+    assert fake.metadata_calls == [["nope", "t"]]
+
+
 def test_planning_gives_up_on_a_broker_gone_for_longer_than_the_retries():
     fake = cluster()
     fake.metadata_failures = [unreachable()] * 5

@@ -18,8 +18,9 @@ Hence, as Kafka's Java client does, a Metadata answer without any broker is not 
 the cluster: :meth:`BrokerClient.metadata` raises :class:`RetriableBrokerError` for it. Then the
 ZooKeeper-mode broker learns the brokers, and for a while longer still not the partitions: it
 answers *with* brokers and UNKNOWN_TOPIC_OR_PARTITION (measured on Kafka 2.2). So an answer that
-lacks a topic or partition that was there is doubted, and one that calls a new topic unknown is
-checked against the broker's whole topic list, before either is believed; answers with older
+lacks a topic or partition that was there is doubted, and one from a ZooKeeper-mode broker that
+calls a new topic unknown is checked against the broker's whole topic list, before either is
+believed (a KRaft broker does not serve before it knows the topics); answers with older
 leader epochs than seen are stale (:mod:`kafka_source.wire.net.metadata_view`). :class:`Retries` is the one
 bounded retry policy the driver's planning uses for all of this (``fetchOffset.numRetries``,
 ``fetchOffset.retryIntervalMs``, at least ``kafka.request.timeout.ms``).
@@ -337,8 +338,9 @@ class BrokerClient(BrokerTransport):
 
         * partitions seen before of the ``expected`` topics (default: of the named topics) that
           the answer lacks are doubted, for a bounded time, asking other brokers;
-        * a named topic never seen that the answer calls unknown is believed missing only if
-          the broker that answered lists other topics; one that lists none is starting.
+        * a named topic never seen that a ZooKeeper-mode broker calls unknown is believed
+          missing only if that broker lists other topics; one that lists none is starting
+          (:meth:`_check_unknown`). A KRaft broker's answer is believed.
 
         A topic that does not exist comes back with its error code, for the caller to report
         (:func:`readable_topic`). If the retries run out while an answer is doubted, that
@@ -351,22 +353,8 @@ class BrokerClient(BrokerTransport):
             node = self.last_metadata_node
             unknown = [t for t in names or () if infos.get(t) is None
                        or infos[t].error_code == Errors.UnknownTopicOrPartitionError.errno]
-            listed = self.metadata(None, node=node) if unknown else {}
-            if unknown and not any(info.error_code == 0 for info in listed.values()):
-                self.view.avoid = node
-                raise UnsettledMetadata(
-                    f"broker {node} lists no topic at all, so its 'unknown topic' for "
-                    f"{', '.join(repr(t) for t in unknown)} means nothing yet (it has not "
-                    "learnt the cluster's partitions: starting?)", infos)
-            learnt = [t for t in unknown if t in listed and listed[t].error_code == 0]
-            if learnt:
-                # Asked next for its whole list, the broker has the topic: it learnt the
-                # cluster's partitions in between (a ZooKeeper-mode broker just (re)started).
-                # Neither answer is taken for the other's topics: ask for the named ones again.
-                raise UnsettledMetadata(
-                    f"broker {node} called {', '.join(repr(t) for t in learnt)} unknown, then "
-                    "listed it among its topics (it was learning the cluster's partitions)",
-                    infos)
+            if unknown and not self.kraft_broker(node):
+                self._check_unknown(node, unknown, infos)
             troubled = sorted(t for t, i in infos.items()
                               if i.error_code not in (0, Errors.UnknownTopicOrPartitionError.errno)
                               and getattr(error_for(i.error_code), "retriable", False))
@@ -384,6 +372,33 @@ class BrokerClient(BrokerTransport):
                             doubted)
                 return doubted.infos
             raise
+
+    def _check_unknown(self, node, unknown: list[str], infos: dict[str, TopicInfo]) -> None:
+        """Raise :class:`UnsettledMetadata` unless the ZooKeeper-mode broker ``node``, which
+        called the never-seen topics ``unknown`` unknown in ``infos``, has learnt the cluster's
+        partitions: asked for its whole list, it must list some topic, and none of those.
+
+        Not asked of a KRaft broker (:meth:`kraft_broker`), which opens its listeners only
+        once it has caught up with the cluster's metadata: its "unknown" is the cluster's,
+        reported at once, also on a cluster without any topic yet (where the doubt used to
+        last until the planning retries ran out, ``kafka.request.timeout.ms``), and without
+        listing every topic of a large cluster for a misspelt name."""
+        listed = self.metadata(None, node=node)
+        if not any(info.error_code == 0 for info in listed.values()):
+            self.view.avoid = node
+            raise UnsettledMetadata(
+                f"broker {node} lists no topic at all, so its 'unknown topic' for "
+                f"{', '.join(repr(t) for t in unknown)} means nothing yet (it has not "
+                "learnt the cluster's partitions: starting?)", infos)
+        learnt = [t for t in unknown if t in listed and listed[t].error_code == 0]
+        if learnt:
+            # Asked next for its whole list, the broker has the topic: it learnt the
+            # cluster's partitions in between (a ZooKeeper-mode broker just (re)started).
+            # Neither answer is taken for the other's topics: ask for the named ones again.
+            raise UnsettledMetadata(
+                f"broker {node} called {', '.join(repr(t) for t in learnt)} unknown, then "
+                "listed it among its topics (it was learning the cluster's partitions)",
+                infos)
 
     def checked_metadata(self, topics: Iterable[str] | None,
                          expected: Iterable[TopicPartition]) -> dict[str, TopicInfo]:

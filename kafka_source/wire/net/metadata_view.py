@@ -29,8 +29,10 @@ from a broker behind: stale, asked again. Brokers older than 2.8 give no topic i
 two apart: a stale view there that persists beyond the bound above is accepted after all.
 
 A topic this client has never seen that an answer calls unknown is reported at once, unless the
-broker that answered lists no topic at all (asked once, only then): that is the broker above
-that knows the brokers but not yet the partitions, not a cluster without the topic.
+broker that answered is in ZooKeeper mode and lists no topic at all (asked once, only then):
+that is the broker above that knows the brokers but not yet the partitions, not a cluster
+without the topic. A KRaft broker opens its listeners only once it has caught up with the
+cluster's metadata, so its answer is taken as it is (a new cluster has no topic at all).
 """
 
 from __future__ import annotations

@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 
 _RETRIABLE_NETWORK_ERRORS = (Errors.KafkaConnectionError, Errors.NodeNotReadyError,
                              Errors.KafkaTimeoutError, Errors.RequestTimedOutError)
+#: UpdateMetadata, which only a ZooKeeper-mode broker lists in its ApiVersions
+#: (:meth:`BrokerTransport.kraft_broker`).
+_UPDATE_METADATA = 6
 
 
 class BrokerTransport:
@@ -341,6 +344,23 @@ class BrokerTransport:
             return versions.api_version(request_class)
         except Errors.IncompatibleBrokerVersion:
             return -1
+
+    def kraft_broker(self, node_id) -> bool:
+        """Whether ``node_id`` is known to be a KRaft broker (Kafka 3.3+, every 4.x), from the
+        ApiVersions it answered on this client's connection to it (else at bootstrap).
+
+        A ZooKeeper-mode broker (Kafka 2.x, 3.x, and during a migration to KRaft) lists the
+        requests its controller sends it, UpdateMetadata (api key 6) among them; a KRaft broker
+        lists only what clients may send, never that one (Kafka's request definitions give it
+        the listener ``zkBroker`` alone). What the difference matters for: only a ZooKeeper-mode
+        broker serves clients before it has learnt the cluster's topics
+        (:meth:`kafka_source.wire.net.client.BrokerClient.topic_metadata`). False when nothing
+        is known, the cautious answer."""
+        conn = self._connections._conns.get(node_id)
+        versions = getattr(conn, "broker_version_data", None) or \
+            self._connections.broker_version_data
+        api_keys = getattr(versions, "api_versions", None)
+        return bool(api_keys) and _UPDATE_METADATA not in api_keys
 
     def coordinator_node(self, answer, key_type: CoordinatorType, key: str) -> str | int:
         """The node id to send ``key``'s requests to, from a FindCoordinator ``answer`` without
