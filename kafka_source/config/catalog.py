@@ -581,7 +581,11 @@ OPTIONS: tuple[Option, ...] = (
     *(Option(f"kafka.{name}", RS, "", "Meaningful to Spark's JVM consumers, not to a Python "
              "reader.", _JC, "Accepted without effect", status=IGNORED, example="1")
       for name in ("max.poll.records", "receive.buffer.bytes", "send.buffer.bytes",
-                   "allow.auto.create.topics", "partition.assignment.strategy", "client.rack")),
+                   "allow.auto.create.topics", "partition.assignment.strategy")),
+    Option("kafka.client.rack", RS, "", "Not used yet: reads fetch from each partition's "
+           "leader, not from a replica in the client's rack or zone (KIP-392, which Spark's "
+           "JVM source gets from the Java consumer); a warning says so.", _JC,
+           "Accepted without effect", status=IGNORED, example="use1-az1"),
     *(Option(f"kafka.{name}", RS, "", "Java's client-side checks of the token's claims (the "
              "broker validates the token).", _J,
              "Accepted without effect", status=IGNORED, example="1")

@@ -297,6 +297,13 @@ def _warn_about_names(opts: Mapping[str, str], scope: str) -> None:
     from .catalog import warn_about_names
 
     warn_about_names(opts, scope, log)
+    if opts.get("kafka.client.rack", "").strip():
+        # Accepted (a query moved from format("kafka") keeps working), but not silently: with
+        # Spark's source it makes the Java consumer fetch from a replica in the same rack or
+        # zone (KIP-392), and without that, reads cross zones wherever the leaders are.
+        log.warning("Option 'kafka.client.rack' has no effect: pykafka fetches from each "
+                    "partition's leader and does not fetch from the closest replica (KIP-392) "
+                    "yet, so records from leaders in other racks or zones cross them.")
 
 
 def _check_unsupported_kafka_params(opts: Mapping[str, str], *, streaming: bool) -> None:

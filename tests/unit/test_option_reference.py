@@ -165,6 +165,20 @@ def test_a_misspelt_option_warns_with_the_nearest_names(caplog):
     assert "Option 'zzz' is not an option of pykafka and is ignored." in caplog.text
 
 
+def test_kafka_client_rack_is_accepted_but_says_it_has_no_effect(caplog):
+    # A query moved from format("kafka") with follower fetching set keeps working, and is
+    # told that its reads still go to the leaders (cross-zone traffic it may pay for).
+    with caplog.at_level(logging.WARNING):
+        options_module.parse_batch_options({**BASE["read"], "kafka.client.rack": "use1-az1"})
+        options_module.parse_stream_options({**BASE["stream"], "kafka.client.rack": "a"})
+    said = [r.getMessage() for r in caplog.records if "kafka.client.rack" in r.getMessage()]
+    assert len(said) == 2 and all("has no effect" in m and "KIP-392" in m for m in said)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        options_module.parse_batch_options(dict(BASE["read"]))
+    assert "client.rack" not in caplog.text
+
+
 def test_an_option_of_another_kind_of_query_warns_and_spark_pass_through_is_quiet(caplog):
     with caplog.at_level(logging.WARNING):
         options_module.parse_batch_options({**BASE["read"], "maxOffsetsPerTrigger": "5",
