@@ -275,17 +275,15 @@ class BrokerHandle:
         return f"<{type(self).__name__} kind={self.kind} bootstrap_servers={self.bootstrap_servers}>"
 
 
-#: LeaderAndIsr: the controller's request to a broker in ZooKeeper mode. KRaft brokers do not list
-#: it in ApiVersions (Kafka 4.0 removed it).
-_LEADER_AND_ISR = 4
-
-
 def probe_broker_version(bootstrap_servers: str,
                          timeout_s: float = DEFAULT_START_TIMEOUT_S) -> tuple[tuple[int, int], bool]:
     """(version, zookeeper_mode) of the broker at ``bootstrap_servers``, from its ApiVersions
     answer: the release kafka-python infers from the API versions it serves, as (major, minor),
-    and whether it serves LeaderAndIsr, which only ZooKeeper-mode brokers do."""
+    and whether it runs in ZooKeeper mode, as the connector tells
+    (:func:`kafka_source.wire.net.transport.zookeeper_mode`)."""
     from kafka.protocol.broker_version_data import infer_broker_version_from_api_versions
+
+    from ..wire.net.transport import zookeeper_mode
 
     admin = _admin_client(bootstrap_servers, timeout_s)
     try:
@@ -294,7 +292,7 @@ def probe_broker_version(bootstrap_servers: str,
         admin.close()
     version = infer_broker_version_from_api_versions(api_versions)
     return (int(version[0]), int(version[1]) if len(version) > 1 else 0), \
-        _LEADER_AND_ISR in api_versions
+        zookeeper_mode(api_versions)
 
 
 class ExternalBroker(BrokerHandle):

@@ -43,8 +43,17 @@ log = logging.getLogger(__name__)
 _RETRIABLE_NETWORK_ERRORS = (Errors.KafkaConnectionError, Errors.NodeNotReadyError,
                              Errors.KafkaTimeoutError, Errors.RequestTimedOutError)
 #: UpdateMetadata, which only a ZooKeeper-mode broker lists in its ApiVersions
-#: (:meth:`BrokerTransport.kraft_broker`).
+#: (:func:`zookeeper_mode`).
 _UPDATE_METADATA = 6
+
+
+def zookeeper_mode(api_versions) -> bool:
+    """Whether a broker whose ApiVersions answer is ``api_versions`` (api key -> versions)
+    runs in ZooKeeper mode (Kafka 2.x, 3.x, and during a migration to KRaft): such a broker
+    lists the requests its controller sends it, UpdateMetadata (api key 6) among them; a KRaft
+    broker (3.3+, every 4.x) lists only what clients may send, never that one (Kafka's request
+    definitions give it the listener ``zkBroker`` alone; 4.0 removed it)."""
+    return _UPDATE_METADATA in api_versions
 
 
 class BrokerTransport:
@@ -347,20 +356,16 @@ class BrokerTransport:
 
     def kraft_broker(self, node_id) -> bool:
         """Whether ``node_id`` is known to be a KRaft broker (Kafka 3.3+, every 4.x), from the
-        ApiVersions it answered on this client's connection to it (else at bootstrap).
-
-        A ZooKeeper-mode broker (Kafka 2.x, 3.x, and during a migration to KRaft) lists the
-        requests its controller sends it, UpdateMetadata (api key 6) among them; a KRaft broker
-        lists only what clients may send, never that one (Kafka's request definitions give it
-        the listener ``zkBroker`` alone). What the difference matters for: only a ZooKeeper-mode
-        broker serves clients before it has learnt the cluster's topics
+        ApiVersions it answered on this client's connection to it (else at bootstrap): not
+        :func:`zookeeper_mode`. What the difference matters for: only a ZooKeeper-mode broker
+        serves clients before it has learnt the cluster's topics
         (:meth:`kafka_source.wire.net.client.BrokerClient.topic_metadata`). False when nothing
         is known, the cautious answer."""
         conn = self._connections._conns.get(node_id)
         versions = getattr(conn, "broker_version_data", None) or \
             self._connections.broker_version_data
         api_keys = getattr(versions, "api_versions", None)
-        return bool(api_keys) and _UPDATE_METADATA not in api_keys
+        return bool(api_keys) and not zookeeper_mode(api_keys)
 
     def coordinator_node(self, answer, key_type: CoordinatorType, key: str) -> str | int:
         """The node id to send ``key``'s requests to, from a FindCoordinator ``answer`` without
